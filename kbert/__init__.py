@@ -1,0 +1,3 @@
+"""kbert: BERT for Keras 3."""
+
+from kbert import presets

@@ -1,0 +1,5 @@
+"""Presets: the registry of Google's checkpoints, finding and downloading a
+preset's files, and importing Hugging Face checkpoints."""
+
+from kbert.presets.files import cache_dir, get_preset_dir
+from kbert.presets.registry import PRESETS, format_presets, list_presets

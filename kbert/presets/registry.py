@@ -1,0 +1,106 @@
+"""The registered presets: Google's BERT checkpoints by short name."""
+
+# Each entry names the Hugging Face repository that holds Google's weights and
+# the architecture, so that `list_presets()` can describe a preset without
+# downloading it. The architecture is checked against the downloaded
+# `config.json` when the preset is loaded.
+_MINIATURE = "google/bert_uncased_L-{layers}_H-{hidden}_A-{heads}"
+
+
+def _entry(repo, layers, hidden, heads, lowercase, description, vocabulary_size=30522):
+    return {
+        "hf_repo": repo,
+        "num_layers": layers,
+        "hidden_dim": hidden,
+        "num_heads": heads,
+        "intermediate_dim": 4 * hidden,
+        "vocabulary_size": vocabulary_size,
+        "lowercase": lowercase,
+        "description": description,
+    }
+
+
+PRESETS = {
+    "tiny": _entry(
+        _MINIATURE.format(layers=2, hidden=128, heads=2), 2, 128, 2, True,
+        "BERT-Tiny, uncased English (Turc et al. 2019).",
+    ),
+    "mini": _entry(
+        _MINIATURE.format(layers=4, hidden=256, heads=4), 4, 256, 4, True,
+        "BERT-Mini, uncased English (Turc et al. 2019).",
+    ),
+    "small": _entry(
+        _MINIATURE.format(layers=4, hidden=512, heads=8), 4, 512, 8, True,
+        "BERT-Small, uncased English (Turc et al. 2019).",
+    ),
+    "medium": _entry(
+        _MINIATURE.format(layers=8, hidden=512, heads=8), 8, 512, 8, True,
+        "BERT-Medium, uncased English (Turc et al. 2019).",
+    ),
+    "base": _entry(
+        "google-bert/bert-base-uncased", 12, 768, 12, True,
+        "BERT-Base, uncased English (Devlin et al. 2019).",
+    ),
+    "large": _entry(
+        "google-bert/bert-large-uncased", 24, 1024, 16, True,
+        "BERT-Large, uncased English (Devlin et al. 2019).",
+    ),
+    "base_cased": _entry(
+        "google-bert/bert-base-cased", 12, 768, 12, False,
+        "BERT-Base, cased English.", vocabulary_size=28996,
+    ),
+    "large_cased": _entry(
+        "google-bert/bert-large-cased", 24, 1024, 16, False,
+        "BERT-Large, cased English.", vocabulary_size=28996,
+    ),
+    "base_multilingual": _entry(
+        "google-bert/bert-base-multilingual-cased", 12, 768, 12, False,
+        "BERT-Base, cased, 104 languages.", vocabulary_size=119547,
+    ),
+    "base_multilingual_uncased": _entry(
+        "google-bert/bert-base-multilingual-uncased", 12, 768, 12, True,
+        "BERT-Base, uncased, 102 languages.", vocabulary_size=105879,
+    ),
+}
+
+
+def parameter_count(entry, max_sequence_length=512, num_segments=2):
+    """Number of backbone parameters of a registry entry (pooler included)."""
+    h, i = entry["hidden_dim"], entry["intermediate_dim"]
+    embeddings = (entry["vocabulary_size"] + max_sequence_length + num_segments) * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
+    return embeddings + entry["num_layers"] * layer + (h * h + h)
+
+
+def list_presets():
+    """The registered presets as a list of dicts (name, repository, sizes).
+
+    Example:
+    >>> [p["name"] for p in kbert.presets.list_presets()][:3]
+    ['tiny', 'mini', 'small']
+    """
+    return [
+        {
+            "name": name,
+            "hf_repo": entry["hf_repo"],
+            "num_layers": entry["num_layers"],
+            "hidden_dim": entry["hidden_dim"],
+            "num_heads": entry["num_heads"],
+            "parameters": parameter_count(entry),
+            "lowercase": entry["lowercase"],
+            "description": entry["description"],
+        }
+        for name, entry in PRESETS.items()
+    ]
+
+
+def format_presets():
+    """The registered presets as a printable table."""
+    rows = [("name", "layers", "hidden", "heads", "params", "repository")]
+    for p in list_presets():
+        rows.append((
+            p["name"], str(p["num_layers"]), str(p["hidden_dim"]), str(p["num_heads"]),
+            f"{p['parameters'] / 1e6:.1f}M", p["hf_repo"],
+        ))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
