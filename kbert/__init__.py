@@ -1,3 +1,4 @@
 """kbert: BERT for Keras 3."""
 
-from kbert import presets
+from kbert import layers, presets
+from kbert.models import BertBackbone

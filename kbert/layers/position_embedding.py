@@ -1,0 +1,76 @@
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class PositionEmbedding(keras.layers.Layer):
+    """Absolute position embeddings, sliced to the length of the input.
+
+    Learned (BERT) by default; `kind="sinusoidal"` gives the fixed sine/cosine
+    table of Vaswani et al. 2017 (§3.5), which has no weights, for models
+    trained from scratch.
+
+    Args:
+        sequence_length: the longest sequence the layer embeds.
+        kind: `"learned"` or `"sinusoidal"`.
+        initializer: initializer of the learned table.
+
+    The input is any tensor `[batch, length, ...]`; the output is
+    `[length, hidden_dim]` positions to add to it, broadcast over the batch.
+
+    Example:
+    >>> tokens = keras.random.normal((2, 10, 16))
+    >>> PositionEmbedding(sequence_length=32)(tokens).shape
+    (10, 16)
+    """
+
+    def __init__(self, sequence_length, kind="learned", initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        if kind not in ("learned", "sinusoidal"):
+            raise ValueError(f'PositionEmbedding kind must be "learned" or "sinusoidal", got "{kind}".')
+        self.sequence_length = int(sequence_length)
+        self.kind = kind
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        if self.kind == "learned":
+            self.position_embeddings = self.add_weight(
+                name="embeddings",
+                shape=(self.sequence_length, hidden_dim),
+                initializer=self.initializer,
+            )
+        else:
+            self.position_embeddings = ops.convert_to_tensor(
+                _sinusoidal_table(self.sequence_length, hidden_dim), dtype=self.compute_dtype
+            )
+        self.built = True
+
+    def call(self, inputs):
+        length = ops.shape(inputs)[1]
+        table = ops.convert_to_tensor(self.position_embeddings)
+        return ops.cast(ops.slice(table, (0, 0), (length, ops.shape(table)[1])), self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[1], input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "sequence_length": self.sequence_length,
+            "kind": self.kind,
+            "initializer": keras.initializers.serialize(self.initializer),
+        })
+        return config
+
+
+def _sinusoidal_table(length, dim):
+    positions = np.arange(length)[:, None]
+    rates = np.exp(-math.log(10000.0) * (np.arange(0, dim, 2) / dim))
+    table = np.zeros((length, dim), dtype="float32")
+    table[:, 0::2] = np.sin(positions * rates)
+    table[:, 1::2] = np.cos(positions * rates[: dim // 2])
+    return table

@@ -1,0 +1,149 @@
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class TransformerEncoder(keras.layers.Layer):
+    """BERT's encoder block: post-LayerNorm self-attention and feed-forward.
+
+    `x = LayerNorm(x + Dropout(Attention(x)))`, then
+    `x = LayerNorm(x + Dropout(Dense(GELU(Dense(x)))))` (Devlin et al. 2019,
+    following Vaswani et al. 2017 §3.1), with exact (erf) GELU.
+
+    Args:
+        num_heads: attention heads; must divide the hidden size.
+        intermediate_dim: width of the feed-forward layer.
+        dropout: dropout rate on attention probabilities and on both residual
+            branches.
+        activation: feed-forward activation, `"gelu"` (exact, BERT's) or
+            `"gelu_approximate"` (tanh approximation).
+        layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
+        kernel_initializer: initializer of the dense kernels.
+
+    Call arguments:
+        inputs: `[batch, length, hidden_dim]`.
+        padding_mask: `[batch, length]`, 1 on real tokens, 0 on padding;
+            padding is never attended to.
+        return_attention_scores: also return the attention probabilities
+            `[batch, num_heads, length, length]`.
+
+    Example:
+    >>> x = keras.random.normal((2, 8, 32))
+    >>> TransformerEncoder(num_heads=4, intermediate_dim=64)(x).shape
+    (2, 8, 32)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        dropout=0.1,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if activation not in ("gelu", "gelu_approximate"):
+            raise ValueError(
+                f'TransformerEncoder activation must be "gelu" or "gelu_approximate", got "{activation}".'
+            )
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        if hidden_dim % self.num_heads:
+            raise ValueError(
+                f"The hidden size {hidden_dim} is not divisible by num_heads={self.num_heads}."
+            )
+        self.head_dim = hidden_dim // self.num_heads
+
+        def dense(name, units, in_dim):
+            layer = keras.layers.Dense(
+                units,
+                kernel_initializer=keras.initializers.get(
+                    keras.initializers.serialize(self.kernel_initializer)
+                ),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+            layer.build((None, None, in_dim))
+            return layer
+
+        def layer_norm(name):
+            layer = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+            )
+            layer.build((None, None, hidden_dim))
+            return layer
+
+        self.query = dense("query", hidden_dim, hidden_dim)
+        self.key = dense("key", hidden_dim, hidden_dim)
+        self.value = dense("value", hidden_dim, hidden_dim)
+        self.attention_output = dense("attention_output", hidden_dim, hidden_dim)
+        self.attention_layer_norm = layer_norm("attention_layer_norm")
+        self.intermediate = dense("intermediate", self.intermediate_dim, hidden_dim)
+        self.output_dense = dense("output", hidden_dim, self.intermediate_dim)
+        self.output_layer_norm = layer_norm("output_layer_norm")
+        self.attention_dropout = keras.layers.Dropout(self.dropout)
+        self.residual_dropout = keras.layers.Dropout(self.dropout)
+        self.built = True
+
+    def _split_heads(self, x):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
+
+    def _attention(self, x, padding_mask, training, return_attention_scores):
+        q = self._split_heads(self.query(x))
+        k = self._split_heads(self.key(x))
+        v = self._split_heads(self.value(x))
+        mask = None
+        if padding_mask is not None:
+            mask = ops.cast(padding_mask, "bool")[:, None, None, :]
+        dropout_active = training and self.dropout > 0
+        if not (return_attention_scores or dropout_active):
+            # Fused attention where the backend has it; no probabilities needed.
+            context = ops.dot_product_attention(q, k, v, mask=mask)
+            scores = None
+        else:
+            logits = ops.einsum("btnh,bsnh->bnts", q, k) / ops.sqrt(
+                ops.cast(self.head_dim, q.dtype)
+            )
+            logits = ops.cast(logits, "float32")
+            if mask is not None:
+                logits = ops.where(mask, logits, -1e9)
+            scores = ops.softmax(logits, axis=-1)
+            probs = self.attention_dropout(ops.cast(scores, v.dtype), training=training)
+            context = ops.einsum("bnts,bsnh->btnh", probs, v)
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
+        return self.attention_output(context), scores
+
+    def call(self, inputs, padding_mask=None, training=None, return_attention_scores=False):
+        attended, scores = self._attention(inputs, padding_mask, training, return_attention_scores)
+        x = self.attention_layer_norm(inputs + self.residual_dropout(attended, training=training))
+        approximate = self.activation == "gelu_approximate"
+        h = keras.activations.gelu(self.intermediate(x), approximate=approximate)
+        h = self.output_dense(h)
+        x = self.output_layer_norm(x + self.residual_dropout(h, training=training))
+        if return_attention_scores:
+            return x, scores
+        return x
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "activation": self.activation,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        })
+        return config

@@ -1,0 +1,3 @@
+"""BertBackbone and the task models built on it."""
+
+from kbert.models.bert_backbone import BertBackbone

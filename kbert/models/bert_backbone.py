@@ -1,0 +1,219 @@
+import keras
+
+from kbert.layers import PositionEmbedding, TransformerEncoder
+from kbert.presets import loading
+
+
+def bert_initializer():
+    # BERT §A.2 / the reference code: truncated normal with stddev 0.02.
+    return keras.initializers.TruncatedNormal(stddev=0.02)
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertBackbone(keras.Model):
+    """BERT's encoder (Devlin et al. 2019) as a functional Keras model.
+
+    WordPiece token, learned position and segment embeddings are summed and
+    layer-normalised (§3, Figure 2), then run through `num_layers` post-LN
+    `TransformerEncoder` blocks; the pooler is a tanh dense layer on the
+    final [CLS] vector (§3, used for classification).
+
+    Args:
+        vocabulary_size: number of WordPiece tokens.
+        num_layers: number of encoder blocks.
+        num_heads: attention heads per block.
+        hidden_dim: width of the model.
+        intermediate_dim: width of the feed-forward layers.
+        dropout: dropout rate everywhere (embeddings, attention, residuals).
+        max_sequence_length: the longest input (size of the position table).
+        num_segments: number of segment (token type) ids.
+        activation: `"gelu"` (exact erf GELU, BERT's) or `"gelu_approximate"`.
+        layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
+        dtype: dtype or dtype policy of the layers, e.g. `"mixed_bfloat16"`.
+
+    Inputs: a dict of int tensors `[batch, length]` (any length up to
+    `max_sequence_length`): `token_ids`, `segment_ids`, `padding_mask`
+    (1 on real tokens, 0 on padding).
+
+    Outputs: a dict with `sequence_output` `[batch, length, hidden_dim]` and
+    `pooled_output` `[batch, hidden_dim]`. `with_hidden_states()` gives a
+    model that also returns every layer's hidden states.
+
+    Example:
+    >>> backbone = BertBackbone(vocabulary_size=100, num_layers=2, num_heads=2,
+    ...                         hidden_dim=16, intermediate_dim=32)
+    >>> outputs = backbone({
+    ...     "token_ids": np.array([[2, 7, 9, 3, 0]]),
+    ...     "segment_ids": np.zeros((1, 5), "int32"),
+    ...     "padding_mask": np.array([[1, 1, 1, 1, 0]]),
+    ... })
+    >>> outputs["sequence_output"].shape, outputs["pooled_output"].shape
+    ((1, 5, 16), (1, 16))
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        dropout=0.1,
+        max_sequence_length=512,
+        num_segments=2,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        dtype=None,
+        **kwargs,
+    ):
+        token_embedding = keras.layers.Embedding(
+            vocabulary_size, hidden_dim, embeddings_initializer=bert_initializer(),
+            dtype=dtype, name="token_embedding",
+        )
+        segment_embedding = keras.layers.Embedding(
+            num_segments, hidden_dim, embeddings_initializer=bert_initializer(),
+            dtype=dtype, name="segment_embedding",
+        )
+        position_embedding = PositionEmbedding(
+            max_sequence_length, initializer=bert_initializer(), dtype=dtype, name="position_embedding",
+        )
+        embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
+        )
+        embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        transformer_layers = [
+            TransformerEncoder(
+                num_heads=num_heads,
+                intermediate_dim=intermediate_dim,
+                dropout=dropout,
+                activation=activation,
+                layer_norm_epsilon=layer_norm_epsilon,
+                kernel_initializer=bert_initializer(),
+                dtype=dtype,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        pooled_dense = keras.layers.Dense(
+            hidden_dim, activation="tanh", kernel_initializer=bert_initializer(),
+            dtype=dtype, name="pooled_dense",
+        )
+
+        # === Functional model ===
+        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
+        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+
+        tokens = token_embedding(token_ids)
+        x = tokens + segment_embedding(segment_ids) + position_embedding(tokens)
+        x = embeddings_dropout(embeddings_layer_norm(x))
+        hidden_states = [x]
+        for layer in transformer_layers:
+            x = layer(x, padding_mask=padding_mask)
+            hidden_states.append(x)
+        pooled_output = pooled_dense(x[:, 0, :])
+
+        inputs = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
+        super().__init__(
+            inputs=inputs,
+            outputs={"sequence_output": x, "pooled_output": pooled_output},
+            dtype=dtype,
+            **kwargs,
+        )
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+        # === Layers, by what they are (the checkpoint import maps onto these) ===
+        self.token_embedding = token_embedding
+        self.segment_embedding = segment_embedding
+        self.position_embedding = position_embedding
+        self.embeddings_layer_norm = embeddings_layer_norm
+        self.transformer_layers = transformer_layers
+        self.pooled_dense = pooled_dense
+        self._hidden_states = hidden_states
+
+    def with_hidden_states(self):
+        """A model sharing these weights that also outputs `hidden_states`.
+
+        `hidden_states` is a list of `num_layers + 1` tensors
+        `[batch, length, hidden_dim]`: the embeddings, then each encoder
+        block's output (BERT §5.3, feature-based use).
+        """
+        return keras.Model(
+            inputs=self.input,
+            outputs={
+                "sequence_output": self._hidden_states[-1],
+                "pooled_output": self.output["pooled_output"],
+                "hidden_states": list(self._hidden_states),
+            },
+            name=f"{self.name}_with_hidden_states",
+        )
+
+    def attention_scores(self, inputs, layer_index):
+        """Attention probabilities `[batch, num_heads, length, length]` of one
+        encoder block for a batch of inputs (a dict as for `call`)."""
+        if not -self.num_layers <= layer_index < self.num_layers:
+            raise ValueError(
+                f"layer_index {layer_index} is out of range for a backbone of {self.num_layers} layers."
+            )
+        layer_index %= self.num_layers
+        hidden = self.with_hidden_states()(inputs)["hidden_states"][layer_index]
+        _, scores = self.transformer_layers[layer_index](
+            hidden, padding_mask=inputs["padding_mask"], return_attention_scores=True
+        )
+        return scores
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "vocabulary_size": self.vocabulary_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_dim": self.hidden_dim,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "max_sequence_length": self.max_sequence_length,
+            "num_segments": self.num_segments,
+            "activation": self.activation,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """Builds a backbone and loads its weights from a preset.
+
+        Args:
+            preset: a registered name (`kbert.presets.list_presets()`:
+                `"tiny"`, ..., `"base"`, `"large"`, ...), a Hugging Face
+                repository as `"hf://owner/name"`, or a local folder in Hugging
+                Face's layout or kbert's (`save_to_preset`).
+            **kwargs: overrides of the config, e.g. `dropout=0.0` or
+                `dtype="mixed_bfloat16"` (not the architecture).
+
+        Example:
+        >>> backbone = kbert.BertBackbone.from_preset("base")
+        """
+        return loading.load_backbone(cls, preset, **kwargs)
+
+    def save_to_preset(self, folder):
+        """Writes the config and weights to `folder` in kbert's layout."""
+        loading.save_backbone(self, folder)

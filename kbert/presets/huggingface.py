@@ -1,0 +1,156 @@
+"""Hugging Face BERT checkpoints -> kbert: one table of names.
+
+Hugging Face's `modeling_bert.py` parameter names are the lingua franca of
+BERT checkpoints; this module is the only place that knows them. PyTorch's
+`Linear.weight` is `[out, in]` and Keras' `Dense.kernel` is `[in, out]`, hence
+the transposes.
+"""
+
+import numpy as np
+
+T = "transpose"
+
+
+def backbone_config(hf_config):
+    """kbert `BertBackbone` arguments from a Hugging Face `config.json` dict."""
+    model_type = hf_config.get("model_type", "bert")
+    if model_type != "bert":
+        raise ValueError(f'config.json describes a "{model_type}" model; kbert loads BERT ("bert") checkpoints.')
+    position_type = hf_config.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise ValueError(
+            f'config.json has position_embedding_type="{position_type}"; kbert supports "absolute" (BERT\'s).'
+        )
+    activations = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate"}
+    hidden_act = hf_config.get("hidden_act", "gelu")
+    if hidden_act not in activations:
+        raise ValueError(
+            f'config.json has hidden_act="{hidden_act}"; kbert supports {", ".join(activations)}.'
+        )
+    return {
+        "vocabulary_size": hf_config["vocab_size"],
+        "num_layers": hf_config["num_hidden_layers"],
+        "num_heads": hf_config["num_attention_heads"],
+        "hidden_dim": hf_config["hidden_size"],
+        "intermediate_dim": hf_config["intermediate_size"],
+        "dropout": hf_config.get("hidden_dropout_prob", 0.1),
+        "max_sequence_length": hf_config.get("max_position_embeddings", 512),
+        "num_segments": hf_config.get("type_vocab_size", 2),
+        "activation": activations[hidden_act],
+        "layer_norm_epsilon": hf_config.get("layer_norm_eps", 1e-12),
+    }
+
+
+def _dense(layer, name):
+    return [(layer.kernel, f"{name}.weight", T), (layer.bias, f"{name}.bias", None)]
+
+
+def _layer_norm(layer, name):
+    return [(layer.gamma, f"{name}.weight", None), (layer.beta, f"{name}.bias", None)]
+
+
+def backbone_table(backbone):
+    """(kbert variable, Hugging Face name without the `bert.` prefix, transform)."""
+    table = [
+        (backbone.token_embedding.embeddings, "embeddings.word_embeddings.weight", None),
+        (backbone.position_embedding.position_embeddings, "embeddings.position_embeddings.weight", None),
+        (backbone.segment_embedding.embeddings, "embeddings.token_type_embeddings.weight", None),
+        *_layer_norm(backbone.embeddings_layer_norm, "embeddings.LayerNorm"),
+    ]
+    for i, layer in enumerate(backbone.transformer_layers):
+        hf = f"encoder.layer.{i}"
+        table += [
+            *_dense(layer.query, f"{hf}.attention.self.query"),
+            *_dense(layer.key, f"{hf}.attention.self.key"),
+            *_dense(layer.value, f"{hf}.attention.self.value"),
+            *_dense(layer.attention_output, f"{hf}.attention.output.dense"),
+            *_layer_norm(layer.attention_layer_norm, f"{hf}.attention.output.LayerNorm"),
+            *_dense(layer.intermediate, f"{hf}.intermediate.dense"),
+            *_dense(layer.output_dense, f"{hf}.output.dense"),
+            *_layer_norm(layer.output_layer_norm, f"{hf}.output.LayerNorm"),
+        ]
+    table += _dense(backbone.pooled_dense, "pooler.dense")
+    return table
+
+
+def read_checkpoint(path):
+    """All tensors of a `.safetensors` or `.bin` file as numpy arrays.
+
+    `.bin` files are pickles: they are read only with PyTorch's
+    `weights_only=True`, which refuses anything but tensors.
+    """
+    if path.endswith(".safetensors"):
+        from safetensors.numpy import load_file
+
+        tensors = load_file(path)
+    else:
+        try:
+            import torch
+        except ImportError as e:
+            raise ImportError(
+                f"{path} is a PyTorch checkpoint; reading it needs `pip install torch`, "
+                "or convert it to model.safetensors."
+            ) from e
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        tensors = {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
+    return {_modern_name(k): v for k, v in tensors.items()}
+
+
+def _modern_name(name):
+    # Checkpoints converted from TensorFlow long ago name LayerNorm's scale and
+    # offset `gamma` and `beta`.
+    if ".LayerNorm." in name:
+        name = name.replace(".LayerNorm.gamma", ".LayerNorm.weight").replace(".LayerNorm.beta", ".LayerNorm.bias")
+    return name
+
+
+def backbone_prefix(tensors):
+    """`"bert."` for task checkpoints (BertForX), `""` for bare BertModel ones."""
+    return "bert." if any(k.startswith("bert.embeddings.") for k in tensors) else ""
+
+
+def assign(table, tensors, prefix="", source="checkpoint"):
+    """Checks every row of `table` against `tensors`, then assigns them all.
+
+    Nothing is assigned unless every tensor is present with the right shape,
+    so a bad checkpoint never leaves a half-loaded model.
+    """
+    problems, values = [], []
+    for variable, name, transform in table:
+        key = prefix + name
+        if key not in tensors:
+            problems.append(f"missing tensor {key} (expected shape {_hf_shape(variable.shape, transform)})")
+            continue
+        value = tensors[key]
+        if transform == T:
+            value = value.T
+        if tuple(value.shape) != tuple(variable.shape):
+            problems.append(
+                f"tensor {key} has shape {tuple(tensors[key].shape)}, "
+                f"expected {_hf_shape(variable.shape, transform)}"
+            )
+            continue
+        values.append((variable, value))
+    if problems:
+        raise ValueError(
+            f"The weights in {source} do not match its config:\n  " + "\n  ".join(problems)
+            + "\nCheck that config.json belongs to these weights."
+        )
+    for variable, value in values:
+        variable.assign(np.asarray(value, dtype=variable.dtype))
+
+
+def unused_backbone_tensors(table, tensors, prefix):
+    """Backbone tensors in the checkpoint that the table does not read, e.g.
+    the layers of a deeper model than config.json says."""
+    used = {prefix + name for _, name, _ in table}
+    backbone_parts = ("embeddings.", "encoder.", "pooler.")
+    return sorted(
+        k for k in tensors
+        if k not in used and k[len(prefix):].startswith(backbone_parts) and not k.endswith("position_ids")
+    )
+
+
+def _hf_shape(shape, transform):
+    shape = tuple(shape)
+    return shape[::-1] if transform == T else shape

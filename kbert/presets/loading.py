@@ -1,0 +1,71 @@
+"""Building models from presets and saving them as presets."""
+
+import json
+import os
+import warnings
+
+from kbert.presets import files, huggingface
+
+KBERT_WEIGHTS = "model.weights.h5"
+_ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
+                 "max_sequence_length", "num_segments")
+
+
+def backbone_config(folder):
+    """The `BertBackbone` config of a preset folder (either layout)."""
+    if files.is_kbert_layout(folder):
+        return dict(files.load_json(folder, files.KBERT_CONFIG)["backbone"])
+    return huggingface.backbone_config(files.load_json(folder, "config.json"))
+
+
+def load_backbone(cls, preset, **overrides):
+    folder = files.get_preset_dir(preset)
+    config = backbone_config(folder)
+    changed = [k for k in overrides if k in _ARCHITECTURE and overrides[k] != config.get(k)]
+    if changed:
+        raise ValueError(
+            f"Cannot change {', '.join(changed)} of preset {preset!r}: the weights fix the architecture. "
+            "Build BertBackbone(...) directly for a new architecture."
+        )
+    config.update(overrides)
+    backbone = cls.from_config(config)
+    if files.is_kbert_layout(folder):
+        backbone.load_weights(os.path.join(folder, KBERT_WEIGHTS))
+    else:
+        load_hf_backbone_weights(backbone, files.weights_file(folder))
+    return backbone
+
+
+def load_hf_backbone_weights(backbone, path, tensors=None):
+    """Loads a Hugging Face checkpoint's backbone tensors into `backbone`."""
+    tensors = huggingface.read_checkpoint(path) if tensors is None else tensors
+    prefix = huggingface.backbone_prefix(tensors)
+    table = huggingface.backbone_table(backbone)
+    if not any(prefix + "pooler." in k for k in tensors):
+        # BertForMaskedLM, token classification and QA checkpoints have no
+        # pooler; it keeps its initial weights.
+        warnings.warn(f"{path} has no pooler weights; pooled_output uses a freshly initialised pooler.")
+        table = [row for row in table if not row[1].startswith("pooler.")]
+    unused = huggingface.unused_backbone_tensors(table, tensors, prefix)
+    if unused:
+        raise ValueError(
+            f"The weights in {path} do not match its config: the config does not account for "
+            f"{len(unused)} tensors, e.g. {', '.join(unused[:5])}. Check that config.json belongs to these weights."
+        )
+    huggingface.assign(table, tensors, prefix, source=path)
+    return tensors
+
+
+def save_backbone(backbone, folder):
+    """Writes `backbone` in kbert's layout: `kbert_config.json` + weights."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, files.KBERT_CONFIG), "w") as f:
+        json.dump({"backbone": _plain_config(backbone)}, f, indent=2)
+    backbone.save_weights(os.path.join(folder, KBERT_WEIGHTS))
+
+
+def _plain_config(backbone):
+    config = backbone.get_config()
+    config.pop("name", None)
+    config.pop("trainable", None)
+    return config
