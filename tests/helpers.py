@@ -1,0 +1,19 @@
+"""Shared test helpers."""
+
+import keras
+import numpy as np
+
+
+def to_numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def random_inputs(batch, length, vocabulary_size, num_segments=2, seed=0):
+    """A padded batch in BertBackbone's input format, rows of varying length."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min(2, length), length + 1, size=batch)
+    lengths[0] = length
+    padding_mask = (np.arange(length)[None, :] < lengths[:, None]).astype("int32")
+    token_ids = rng.integers(1, vocabulary_size, size=(batch, length)).astype("int32") * padding_mask
+    segment_ids = (rng.integers(0, num_segments, size=(batch, length)) * padding_mask).astype("int32")
+    return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}

@@ -1,0 +1,61 @@
+import keras
+import numpy as np
+import pytest
+
+from kbert.layers import TransformerEncoder
+from tests.helpers import to_numpy
+
+
+def built_encoder(**kwargs):
+    layer = TransformerEncoder(num_heads=4, intermediate_dim=24, dropout=0.0, **kwargs)
+    layer.build((None, None, 16))
+    return layer
+
+
+def test_fused_attention_equals_explicit_softmax_attention():
+    layer = built_encoder()
+    x = np.random.default_rng(0).normal(size=(2, 6, 16)).astype("float32")
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], "int32")
+    fused = to_numpy(layer(x, padding_mask=mask))
+    explicit, scores = layer(x, padding_mask=mask, return_attention_scores=True)
+    np.testing.assert_allclose(fused, to_numpy(explicit), atol=1e-5)
+    assert tuple(scores.shape) == (2, 4, 6, 6)
+
+
+def test_padded_keys_do_not_change_real_outputs():
+    layer = built_encoder()
+    x = np.random.default_rng(1).normal(size=(1, 4, 16)).astype("float32")
+    noise = np.random.default_rng(2).normal(size=(1, 3, 16)).astype("float32")
+    padded = np.concatenate([x, noise], axis=1)
+    mask = np.array([[1, 1, 1, 1, 0, 0, 0]], "int32")
+    np.testing.assert_allclose(
+        to_numpy(layer(x))[:, :4], to_numpy(layer(padded, padding_mask=mask))[:, :4], atol=1e-5
+    )
+
+
+def test_feed_forward_uses_exact_erf_gelu():
+    layer = built_encoder()
+    x = np.random.default_rng(3).normal(size=(1, 3, 16)).astype("float32")
+    approximate = built_encoder(activation="gelu_approximate")
+    approximate.set_weights(layer.get_weights())
+    assert np.abs(to_numpy(layer(x)) - to_numpy(approximate(x))).max() > 1e-6
+
+
+def test_hidden_size_must_divide_into_heads():
+    with pytest.raises(ValueError, match="not divisible by num_heads=4"):
+        TransformerEncoder(num_heads=4, intermediate_dim=8).build((None, None, 18))
+
+
+def test_config_round_trips_and_weights_are_named():
+    layer = built_encoder(layer_norm_epsilon=1e-6, name="block")
+    clone = TransformerEncoder.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    names = {w.path for w in layer.weights}
+    assert {"block/query/kernel", "block/attention_layer_norm/gamma", "block/output/kernel"} <= names
+
+
+def test_dropout_is_active_only_in_training():
+    layer = TransformerEncoder(num_heads=2, intermediate_dim=8, dropout=0.5)
+    x = np.ones((2, 5, 8), "float32")
+    np.testing.assert_array_equal(to_numpy(layer(x)), to_numpy(layer(x)))
+    assert np.abs(to_numpy(layer(x, training=True)) - to_numpy(layer(x))).max() > 1e-3
