@@ -1,0 +1,68 @@
+import keras
+
+from kbert.models.bert_backbone import BertBackbone, bert_initializer
+from kbert.models.task import Task
+from kbert.presets.huggingface import T
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertClassifier(Task):
+    """Text or sentence-pair classification (BERT §4.1): the pooled [CLS]
+    output, dropout, and one dense layer giving `num_classes` logits.
+
+    Args:
+        backbone: a `kbert.BertBackbone`.
+        num_classes: number of classes.
+        preprocessor: a `kbert.BertPreprocessor`, so that `fit`, `evaluate`
+            and `predict` take raw strings (or `(texts_a, texts_b)` pairs);
+            `None` for a model fed token ids.
+        dropout: dropout rate before the output layer.
+        class_names: optional names of the classes, in label order (used by
+            exported models to answer with a label).
+
+    Example:
+    >>> model = kbert.BertClassifier.from_preset("base", num_classes=2)
+    >>> model.fit(["a fine film", "a dull film"], [1, 0], epochs=2)
+    >>> model.predict(["what a film"])  # logits [1, 2]
+    """
+
+    def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None, **kwargs):
+        if class_names is not None and len(class_names) != num_classes:
+            raise ValueError(f"Got {len(class_names)} class_names for num_classes={num_classes}.")
+        inputs = backbone.input
+        pooled_output = backbone(inputs)["pooled_output"]
+        x = keras.layers.Dropout(dropout, name="classifier_dropout")(pooled_output)
+        logits = keras.layers.Dense(
+            num_classes, kernel_initializer=bert_initializer(), dtype="float32", name="logits"
+        )(x)
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        self._finish_init(backbone, preprocessor)
+        self.num_classes = num_classes
+        self.dropout = dropout
+        self.class_names = list(class_names) if class_names is not None else None
+
+    def task_config(self):
+        return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}
+
+    def default_loss(self):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def default_metrics(self):
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    # Hugging Face's BertForSequenceClassification.
+    def hf_head_table(self):
+        dense = self.get_layer("logits")
+        return [(dense.kernel, "classifier.weight", T), (dense.bias, "classifier.bias", None)]
+
+    @classmethod
+    def hf_head_config(cls, hf_config, tensors):
+        if "classifier.weight" not in tensors:
+            return {}
+        config = {"num_classes": tensors["classifier.weight"].shape[0]}
+        id2label = hf_config.get("id2label")
+        if id2label and len(id2label) == config["num_classes"]:
+            names = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(config["num_classes"])]
+            if names != [f"LABEL_{i}" for i in range(config["num_classes"])]:
+                config["class_names"] = names
+        return config

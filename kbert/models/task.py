@@ -1,0 +1,292 @@
+"""What every task model shares: raw strings in, presets, default compile."""
+
+import json
+import os
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kbert.models.bert_backbone import BertBackbone
+from kbert.presets import files, huggingface, loading
+from kbert.text import BertPreprocessor
+
+TASK_WEIGHTS = "task.weights.h5"
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """BERT's learning rate (§A.2, §A.3): linear warm-up from 0 to `peak` over
+    `warmup_steps`, then linear decay to 0 at `total_steps`."""
+
+    def __init__(self, peak, total_steps, warmup_steps):
+        self.peak = peak
+        self.total_steps = int(total_steps)
+        self.warmup_steps = int(warmup_steps)
+
+    def __call__(self, step):
+        step = keras.ops.cast(step, "float32")
+        warmup = step / max(self.warmup_steps, 1)
+        decay = (self.total_steps - step) / max(self.total_steps - self.warmup_steps, 1)
+        return self.peak * keras.ops.clip(keras.ops.minimum(warmup, decay), 0.0, 1.0)
+
+    def get_config(self):
+        return {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps}
+
+
+def bert_adamw(learning_rate, weight_decay=0.01):
+    """AdamW as BERT fine-tunes: decay on weights, none on biases and LayerNorm."""
+    optimizer = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-6)
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
+def _text_tensor(x):
+    """Raw text input as string tensors: a list or array of strings, or a
+    tuple of two of them (sentence pairs)."""
+    if isinstance(x, tuple):
+        return tuple(_text_tensor(v) for v in x)
+    if isinstance(x, (str, bytes)):
+        raise ValueError("Got a single string where a batch was expected; pass a list of strings: [text].")
+    x = tf.constant(x if isinstance(x, (np.ndarray, tf.Tensor)) else list(x))
+    if x.dtype != tf.string:
+        raise ValueError(f"Expected text (strings) as input, got {x.dtype.name} values.")
+    return x
+
+
+def _steps(x, batch_size):
+    if isinstance(x, tf.data.Dataset):
+        return int(x.cardinality())
+    if x is None:
+        return None
+    n = len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
+    return -(-n // (batch_size or 32))
+
+
+class Task(keras.Model):
+    """Base of the task models: a functional model on `BertBackbone` with an
+    optional preprocessor, so that `fit`, `evaluate` and `predict` take raw
+    strings. Subclasses build their graph, then call `_finish_init`."""
+
+    # BERT §A.3: fine-tuning learning rates are among 5e-5, 3e-5 and 2e-5.
+    default_learning_rate = 5e-5
+    default_warmup = 0.1
+
+    def _finish_init(self, backbone, preprocessor):
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self._compiled_by_default = False
+
+    # === Compile defaults ===
+
+    def default_loss(self):
+        raise NotImplementedError
+
+    def default_metrics(self):
+        return None
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+        """`compile()` with BERT's fine-tuning defaults for anything not given:
+        AdamW (weight decay 0.01, none on biases and LayerNorm), the task's loss
+        and metrics. With the default optimizer, `fit` uses BERT's schedule:
+        linear warm-up over 10% of the run's steps, then linear decay to 0."""
+        self._compiled_by_default = optimizer == "auto"
+        self._compile_kwargs = dict(
+            loss=self.default_loss() if loss == "auto" else loss,
+            metrics=self.default_metrics() if metrics == "auto" else metrics,
+            **kwargs,
+        )
+        if optimizer == "auto":
+            optimizer = bert_adamw(self.default_learning_rate)
+        super().compile(optimizer=optimizer, **self._compile_kwargs)
+
+    def _schedule_learning_rate(self, steps_per_epoch, epochs):
+        if not steps_per_epoch or steps_per_epoch < 0:
+            return  # unknown length: keep the constant learning rate
+        total = steps_per_epoch * epochs
+        schedule = WarmupLinearDecay(self.default_learning_rate, total, int(self.default_warmup * total))
+        super().compile(optimizer=bert_adamw(schedule), **self._compile_kwargs)
+        self._compiled_by_default = False
+
+    # === Raw strings in ===
+
+    def _is_raw(self, x):
+        """Whether `x` is text for the preprocessor (not ids already)."""
+        if self.preprocessor is None or x is None:
+            return False
+        if isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            first = spec[0] if isinstance(spec, tuple) and len(spec) and not self._is_text_spec(spec) else spec
+            return self._is_text_spec(first)
+        return not isinstance(x, dict)
+
+    @staticmethod
+    def _is_text_spec(spec):
+        specs = spec if isinstance(spec, tuple) else (spec,)
+        return all(isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in specs)
+
+    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+        """A batched, preprocessed `tf.data.Dataset` from raw text input."""
+        if isinstance(x, tf.data.Dataset):
+            dataset = x
+        else:
+            parts = (_text_tensor(x),) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
+            # Kept a tuple even without labels, so that a pair of texts is never
+            # mistaken for (texts, labels).
+            dataset = tf.data.Dataset.from_tensor_slices(parts)
+            if shuffle:
+                dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
+            dataset = dataset.batch(batch_size or 32)
+        preprocess = self._preprocess
+        spec = dataset.element_spec
+        if isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec):
+            # A dataset of unlabeled pairs yields (texts_a, texts_b).
+            preprocess = lambda a, b: self.preprocessor((a, b))  # noqa: E731
+        return dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+    def _preprocess(self, x, *rest):
+        return (self.preprocessor(x), *rest)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, validation_data=None,
+            shuffle=True, steps_per_epoch=None, **kwargs):
+        if not self.compiled:
+            self.compile()
+        if self._is_raw(x):
+            x = self._dataset(x, y, sample_weight, batch_size,
+                              shuffle=shuffle and not isinstance(x, tf.data.Dataset))
+            y = sample_weight = batch_size = None
+            if isinstance(validation_data, tuple):
+                validation_data = self._dataset(*validation_data)
+            elif validation_data is not None:
+                validation_data = self._dataset(validation_data)
+        if self._compiled_by_default:
+            self._schedule_learning_rate(steps_per_epoch or _steps(x, batch_size), epochs)
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
+                           validation_data=validation_data, shuffle=shuffle,
+                           steps_per_epoch=steps_per_epoch, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        if not self.compiled:
+            self.compile()
+        if self._is_raw(x):
+            x = self._dataset(x, y, sample_weight, batch_size)
+            y = sample_weight = batch_size = None
+        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        if self._is_raw(x):
+            x = self._dataset(x, batch_size=batch_size)
+            batch_size = None
+        return super().predict(x, batch_size=batch_size, **kwargs)
+
+    # === Presets ===
+
+    def task_config(self):
+        """The head's constructor arguments (no backbone, no preprocessor)."""
+        raise NotImplementedError
+
+    def get_config(self):
+        config = {"name": self.name, "trainable": self.trainable, **self.task_config()}
+        config["backbone"] = keras.saving.serialize_keras_object(self.backbone)
+        config["preprocessor"] = (
+            None if self.preprocessor is None else keras.saving.serialize_keras_object(self.preprocessor)
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        if config.get("preprocessor") is not None:
+            config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
+        return cls(**config)
+
+    def save_to_preset(self, folder):
+        """Writes backbone, head and vocabulary to `folder` in kbert's layout;
+        `from_preset(folder)` restores the model bit for bit, and
+        `BertBackbone.from_preset(folder)` its backbone."""
+        loading.save_backbone(self.backbone, folder)
+        config = files.load_json(folder, files.KBERT_CONFIG)
+        config["task"] = {"class": type(self).__name__, "config": self.task_config()}
+        if self.preprocessor is not None:
+            config["sequence_length"] = self.preprocessor.sequence_length
+            self.preprocessor.tokenizer.save_to_preset(folder)
+        with open(os.path.join(folder, files.KBERT_CONFIG), "w") as f:
+            json.dump(config, f, indent=2)
+        self.save_weights(os.path.join(folder, TASK_WEIGHTS))
+
+    @classmethod
+    def from_preset(cls, preset, sequence_length=None, **kwargs):
+        """Builds the task from a preset: a registered name (`"base"`, ...),
+        `"hf://owner/name"`, or a folder in Hugging Face's layout or kbert's.
+
+        The backbone's weights come from the preset, and so do the head's
+        when the preset has them: a Hugging Face checkpoint of this task
+        (`BertForSequenceClassification`, ...) or a kbert preset saved from
+        this task. Otherwise the head starts from its initialisation.
+
+        Args:
+            preset: the preset.
+            sequence_length: the preprocessor's packed length (default: the
+                preset's, at most 512).
+            **kwargs: the head's arguments (e.g. `num_classes`), and backbone
+                settings that leave the architecture alone (`dropout`,
+                `dtype`).
+        """
+        folder = files.get_preset_dir(preset)
+        backbone_kwargs = {k: kwargs.pop(k) for k in ("dropout", "dtype") if k in kwargs}
+        backbone = BertBackbone.from_config(loading.checked_backbone_config(folder, preset, backbone_kwargs))
+        preprocessor = cls.preset_preprocessor(folder, sequence_length, backbone)
+        if files.is_kbert_layout(folder):
+            saved = files.load_json(folder, files.KBERT_CONFIG).get("task") or {}
+            same_task = saved.get("class") == cls.__name__
+            model = cls(backbone=backbone, preprocessor=preprocessor,
+                        **{**(saved["config"] if same_task else {}), **kwargs})
+            if same_task:
+                model.load_weights(os.path.join(folder, TASK_WEIGHTS))
+            else:
+                backbone.load_weights(os.path.join(folder, loading.KBERT_WEIGHTS))
+            return model
+        path = files.weights_file(folder)
+        tensors = huggingface.read_checkpoint(path)
+        hf_config = files.load_json(folder, "config.json")
+        model = cls(backbone=backbone, preprocessor=preprocessor,
+                    **{**cls.hf_head_config(hf_config, tensors), **kwargs})
+        loading.load_hf_backbone_weights(backbone, path, tensors)
+        model.load_hf_head(tensors, path)
+        return model
+
+    @classmethod
+    def preset_preprocessor(cls, folder, sequence_length, backbone):
+        if not os.path.exists(os.path.join(folder, files.VOCABULARY)):
+            return None
+        if sequence_length is None and files.is_kbert_layout(folder):
+            sequence_length = files.load_json(folder, files.KBERT_CONFIG).get("sequence_length")
+        return BertPreprocessor.from_preset(
+            folder, sequence_length=sequence_length or min(512, backbone.max_sequence_length)
+        )
+
+    # === Hugging Face heads ===
+
+    def hf_head_table(self):
+        """(variable, Hugging Face name, transform) rows of the head; empty
+        for heads that Hugging Face has no checkpoint of."""
+        return []
+
+    @classmethod
+    def hf_head_config(cls, hf_config, tensors):
+        """Head arguments read from a Hugging Face checkpoint (e.g. num_classes)."""
+        return {}
+
+    def load_hf_head(self, tensors, path):
+        table = self.hf_head_table()
+        if not table:
+            return
+        if not all(name in tensors for _, name, _ in table):
+            warnings.warn(
+                f"{path} has no {type(self).__name__} head ({table[0][1]} and others); "
+                "the head starts from its initialisation: fine-tune before use."
+            )
+            return
+        huggingface.assign(table, tensors, source=path)

@@ -1,0 +1,88 @@
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import kbert
+from tests.helpers import random_inputs, to_numpy
+from tests.presets.test_huggingface_import import save_random_checkpoint
+
+
+def test_logits_match_transformers_sequence_classification(tmp_path):
+    hf_model = save_random_checkpoint(
+        tmp_path, transformers.BertForSequenceClassification, num_labels=3,
+        id2label={0: "neg", 1: "neutral", 2: "pos"}, label2id={"neg": 0, "neutral": 1, "pos": 2},
+    )
+    model = kbert.BertClassifier.from_preset(str(tmp_path))
+    assert model.num_classes == 3 and model.class_names == ["neg", "neutral", "pos"]
+    inputs = random_inputs(3, 12, 120)
+    with torch.no_grad():
+        expected = hf_model(
+            input_ids=torch.tensor(inputs["token_ids"]).long(),
+            token_type_ids=torch.tensor(inputs["segment_ids"]).long(),
+            attention_mask=torch.tensor(inputs["padding_mask"]).long(),
+        ).logits.numpy()
+    np.testing.assert_allclose(to_numpy(model(inputs)), expected, atol=1e-4)
+
+
+def test_bare_checkpoint_gets_a_fresh_head_of_the_requested_size(tmp_path):
+    save_random_checkpoint(tmp_path)
+    with pytest.warns(UserWarning, match="head starts from its initialisation"):
+        model = kbert.BertClassifier.from_preset(str(tmp_path), num_classes=4)
+    assert tuple(model(random_inputs(2, 5, 120)).shape) == (2, 4)
+
+
+def tiny_classifier(minilm_dir, num_classes=2, **kwargs):
+    backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
+                                  intermediate_dim=64, max_sequence_length=64, dropout=0.0)
+    preprocessor = kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=32)
+    return kbert.BertClassifier(backbone, num_classes=num_classes, preprocessor=preprocessor, **kwargs)
+
+
+TEXTS = ["a wonderful, moving film", "dull and far too long", "great acting and a clever plot",
+         "i walked out after an hour", "a joy from start to finish", "the worst script of the year"] * 4
+LABELS = [1, 0, 1, 0, 1, 0] * 4
+
+
+def test_fit_evaluate_predict_take_raw_strings_without_compile(minilm_dir):
+    model = tiny_classifier(minilm_dir)
+    history = model.fit(TEXTS, LABELS, batch_size=8, epochs=3, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    loss, accuracy = model.evaluate(TEXTS, LABELS, verbose=0)
+    assert np.isfinite(loss) and 0.0 <= accuracy <= 1.0
+    assert model.predict(["a fine film", "a bad film"], verbose=0).shape == (2, 2)
+
+
+def test_default_schedule_warms_up_then_decays_to_zero(minilm_dir):
+    model = tiny_classifier(minilm_dir)
+    model.fit(TEXTS, LABELS, batch_size=8, epochs=2, verbose=0)
+    schedule = model.optimizer._learning_rate
+    assert isinstance(schedule, kbert.models.task.WarmupLinearDecay)
+    assert schedule.total_steps == 6 and float(schedule(6)) == 0.0
+    assert float(schedule(0)) == 0.0 and float(schedule(schedule.warmup_steps)) == pytest.approx(5e-5)
+
+
+def test_pairs_of_texts_are_classified(minilm_dir):
+    model = tiny_classifier(minilm_dir, num_classes=3)
+    a, b = ["the sky is blue", "water is dry"], ["it is blue", "water is wet"]
+    model.fit((a, b), [0, 2], epochs=1, verbose=0)
+    assert model.predict((a, b), verbose=0).shape == (2, 3)
+
+
+def test_save_to_preset_round_trips_bit_for_bit(minilm_dir, tmp_path):
+    model = tiny_classifier(minilm_dir, class_names=["negative", "positive"])
+    model.fit(TEXTS[:8], LABELS[:8], epochs=1, verbose=0)
+    model.save_to_preset(str(tmp_path))
+    restored = kbert.BertClassifier.from_preset(str(tmp_path))
+    assert restored.class_names == ["negative", "positive"]
+    assert restored.preprocessor.sequence_length == 32
+    np.testing.assert_array_equal(model.predict(TEXTS, verbose=0), restored.predict(TEXTS, verbose=0))
+    # The backbone alone loads from a task preset too.
+    backbone = kbert.BertBackbone.from_preset(str(tmp_path))
+    for a, b in zip(backbone.weights, model.backbone.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+
+
+def test_single_string_is_refused_with_a_hint(minilm_dir):
+    with pytest.raises(ValueError, match=r"pass a list of strings"):
+        tiny_classifier(minilm_dir).predict("one text")
