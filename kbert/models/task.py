@@ -27,7 +27,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
-        warmup = step / max(self.warmup_steps, 1)
+        warmup = step / self.warmup_steps if self.warmup_steps else 1.0
         decay = (self.total_steps - step) / max(self.total_steps - self.warmup_steps, 1)
         return self.peak * keras.ops.clip(keras.ops.minimum(warmup, decay), 0.0, 1.0)
 
@@ -92,21 +92,21 @@ class Task(keras.Model):
         and metrics. With the default optimizer, `fit` uses BERT's schedule:
         linear warm-up over 10% of the run's steps, then linear decay to 0."""
         self._compiled_by_default = optimizer == "auto"
-        self._compile_kwargs = dict(
+        super().compile(
+            optimizer=bert_adamw(self.default_learning_rate) if optimizer == "auto" else optimizer,
             loss=self.default_loss() if loss == "auto" else loss,
             metrics=self.default_metrics() if metrics == "auto" else metrics,
             **kwargs,
         )
-        if optimizer == "auto":
-            optimizer = bert_adamw(self.default_learning_rate)
-        super().compile(optimizer=optimizer, **self._compile_kwargs)
 
     def _schedule_learning_rate(self, steps_per_epoch, epochs):
+        """Gives the default optimizer BERT's schedule over this run's steps."""
         if not steps_per_epoch or steps_per_epoch < 0:
             return  # unknown length: keep the constant learning rate
         total = steps_per_epoch * epochs
-        schedule = WarmupLinearDecay(self.default_learning_rate, total, int(self.default_warmup * total))
-        super().compile(optimizer=bert_adamw(schedule), **self._compile_kwargs)
+        self.optimizer.learning_rate = WarmupLinearDecay(
+            self.default_learning_rate, total, int(self.default_warmup * total)
+        )
         self._compiled_by_default = False
 
     # === Raw strings in ===
@@ -156,6 +156,7 @@ class Task(keras.Model):
             x = self._dataset(x, y, sample_weight, batch_size,
                               shuffle=shuffle and not isinstance(x, tf.data.Dataset))
             y = sample_weight = batch_size = None
+            shuffle = False  # done in the pipeline
             if isinstance(validation_data, tuple):
                 validation_data = self._dataset(*validation_data)
             elif validation_data is not None:

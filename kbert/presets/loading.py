@@ -18,8 +18,9 @@ def backbone_config(folder):
     return huggingface.backbone_config(files.load_json(folder, "config.json"))
 
 
-def load_backbone(cls, preset, **overrides):
-    folder = files.get_preset_dir(preset)
+def checked_backbone_config(folder, preset, overrides):
+    """The preset's backbone config with `overrides`, which must leave the
+    architecture (fixed by the weights) alone."""
     config = backbone_config(folder)
     changed = [k for k in overrides if k in _ARCHITECTURE and overrides[k] != config.get(k)]
     if changed:
@@ -28,7 +29,12 @@ def load_backbone(cls, preset, **overrides):
             "Build BertBackbone(...) directly for a new architecture."
         )
     config.update(overrides)
-    backbone = cls.from_config(config)
+    return config
+
+
+def load_backbone(cls, preset, **overrides):
+    folder = files.get_preset_dir(preset)
+    backbone = cls.from_config(checked_backbone_config(folder, preset, overrides))
     if files.is_kbert_layout(folder):
         backbone.load_weights(os.path.join(folder, KBERT_WEIGHTS))
     else:

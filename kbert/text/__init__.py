@@ -1,0 +1,6 @@
+from kbert.text.tokenizer import BertTokenizer
+from kbert.text.vocabulary import train_wordpiece_vocabulary
+from kbert.text.packing import SegmentPacker, truncate_segments
+from kbert.text.preprocessor import BertPreprocessor
+from kbert.text.masking import MaskedLMMaskGenerator
+from kbert.text.next_sentence import next_sentence_dataset, next_sentence_pairs, read_documents

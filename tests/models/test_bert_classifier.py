@@ -55,10 +55,10 @@ def test_fit_evaluate_predict_take_raw_strings_without_compile(minilm_dir):
 
 def test_default_schedule_warms_up_then_decays_to_zero(minilm_dir):
     model = tiny_classifier(minilm_dir)
-    model.fit(TEXTS, LABELS, batch_size=8, epochs=2, verbose=0)
+    model.fit(TEXTS, LABELS, batch_size=4, epochs=2, verbose=0)
     schedule = model.optimizer._learning_rate
     assert isinstance(schedule, kbert.models.task.WarmupLinearDecay)
-    assert schedule.total_steps == 6 and float(schedule(6)) == 0.0
+    assert schedule.total_steps == 12 and schedule.warmup_steps == 1 and float(schedule(12)) == 0.0
     assert float(schedule(0)) == 0.0 and float(schedule(schedule.warmup_steps)) == pytest.approx(5e-5)
 
 

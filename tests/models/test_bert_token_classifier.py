@@ -1,0 +1,177 @@
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import torch
+import transformers
+
+import kbert
+from kbert.models.bert_token_classifier import BertTokenClassifier, bio_entities, entity_f1, pack_words, token_labels
+from kbert.text import BertPreprocessor
+from tests.helpers import random_inputs, to_numpy
+from tests.presets.test_huggingface_import import save_random_checkpoint
+
+WNUT = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "data", "wnut16", "train.conll")
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def read_conll(path, limit):
+    sentences, words, tags = [], [], []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                word, tag = line.rstrip("\n").split("\t")
+                words.append(word)
+                tags.append(tag)
+            elif words:
+                sentences.append((words, tags))
+                words, tags = [], []
+                if len(sentences) == limit:
+                    break
+    return [s[0] for s in sentences], [s[1] for s in sentences]
+
+
+@pytest.fixture(scope="module")
+def preprocessor(minilm_dir):
+    return BertPreprocessor.from_preset(minilm_dir, sequence_length=48)
+
+
+def tiny_tagger(preprocessor, num_classes=len(TAGS), class_names=TAGS):
+    backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
+                                  intermediate_dim=64, max_sequence_length=128, dropout=0.0)
+    return BertTokenClassifier(backbone, num_classes=num_classes, preprocessor=preprocessor,
+                               class_names=class_names)
+
+
+def test_logits_match_transformers_token_classification(tmp_path):
+    hf_model = save_random_checkpoint(
+        tmp_path, transformers.BertForTokenClassification, num_labels=5,
+        id2label=dict(enumerate(TAGS)), label2id={t: i for i, t in enumerate(TAGS)},
+    )
+    model = BertTokenClassifier.from_preset(str(tmp_path))
+    assert model.num_classes == 5 and model.class_names == TAGS
+    inputs = random_inputs(3, 12, 120)
+    with torch.no_grad():
+        expected = hf_model(
+            input_ids=torch.tensor(inputs["token_ids"]).long(),
+            token_type_ids=torch.tensor(inputs["segment_ids"]).long(),
+            attention_mask=torch.tensor(inputs["padding_mask"]).long(),
+        ).logits.numpy()
+    # Padding positions are never read, and the two libraries mask them differently.
+    real = inputs["padding_mask"][:, :, None].astype(bool)
+    np.testing.assert_allclose(np.where(real, to_numpy(model(inputs)), 0), np.where(real, expected, 0), atol=1e-4)
+
+
+def test_first_piece_of_each_word_carries_its_tag_like_transformers_word_ids(minilm_dir, preprocessor):
+    sentences, tags = read_conll(WNUT, limit=200)
+    tag_ids = [[i % 7 + 1 for i in range(len(t))] for t in tags]  # where each lands is what counts
+    features, first_pieces = pack_words(preprocessor, tf.ragged.constant(sentences, tf.string, ragged_rank=1))
+    labels, weights = token_labels(first_pieces, tf.ragged.constant(tag_ids), tf.shape(features["token_ids"]))
+    hf_tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    encoded = hf_tokenizer(sentences, is_split_into_words=True, truncation=True, max_length=48,
+                           padding="max_length")
+    truncated = 0
+    for row, (words, word_tags) in enumerate(zip(sentences, tag_ids)):
+        word_ids = encoded.word_ids(row)
+        expected_labels, expected_weights = np.zeros(48, "int32"), np.zeros(48, "float32")
+        for position, word in enumerate(word_ids):
+            if word is not None and (position == 0 or word_ids[position - 1] != word):
+                expected_labels[position], expected_weights[position] = word_tags[word], 1.0
+        np.testing.assert_array_equal(features["token_ids"][row], encoded["input_ids"][row])
+        np.testing.assert_array_equal(labels[row], expected_labels)
+        np.testing.assert_array_equal(weights[row], expected_weights)
+        truncated += expected_weights.sum() < len(words)
+    assert truncated > 0  # some tweets are longer than 48 tokens: truncation was tested too
+
+
+def test_bio_tags_group_into_entities():
+    assert bio_entities(["B-PER", "I-PER", "O", "B-LOC"]) == [(0, 2, "PER"), (3, 4, "LOC")]
+
+
+def test_b_tag_starts_a_new_entity_even_after_the_same_type():
+    assert bio_entities(["B-PER", "B-PER", "I-PER"]) == [(0, 1, "PER"), (1, 3, "PER")]
+
+
+def test_stray_i_tag_starts_an_entity():
+    assert bio_entities(["O", "I-LOC", "I-LOC", "I-PER"]) == [(1, 3, "LOC"), (3, 4, "PER")]
+
+
+def test_words_without_a_tag_are_outside_entities():
+    assert bio_entities(["B-PER", None, "I-PER", "O"]) == [(0, 1, "PER"), (2, 3, "PER")]
+
+
+def test_entity_f1_counts_only_exact_spans_of_the_right_type():
+    true = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    predicted = [["B-PER", "I-PER", "O", "B-PER"], ["B-ORG", "I-ORG"]]
+    scores = entity_f1(true, predicted)
+    assert scores["precision"] == pytest.approx(1 / 3) and scores["recall"] == pytest.approx(1 / 3)
+    assert entity_f1(true, true)["f1"] == 1.0
+
+
+def test_fit_on_word_lists_with_tag_names_lowers_the_loss(preprocessor):
+    sentences, tags = read_conll(WNUT, limit=32)
+    tags = [[t if t in TAGS else "O" for t in sentence] for sentence in tags]
+    tags = [["B-PER" if w[0].isupper() else t for w, t in zip(s, ts)] for s, ts in zip(sentences, tags)]
+    model = tiny_tagger(preprocessor)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3))
+    history = model.fit(sentences, tags, batch_size=8, epochs=2, verbose=0).history
+    assert history["loss"][1] < history["loss"][0] and history["accuracy"][1] > history["accuracy"][0]
+
+
+def test_accuracy_counts_tagged_words_only(preprocessor):
+    model = tiny_tagger(preprocessor)
+    outputs_everywhere(model, "B-PER")
+    # 3 words, 2 of them B-PER; the padding and special tokens (also B-PER) do not count.
+    scores = model.evaluate([["Jane", "Austen", "wrote"]], [["B-PER", "B-PER", "O"]], verbose=0, return_dict=True)
+    assert scores["accuracy"] == pytest.approx(2 / 3)
+
+
+def outputs_everywhere(model, tag):
+    """Makes the model give `tag` to every token, whatever the text."""
+    dense = model.get_layer("logits")
+    dense.kernel.assign(np.zeros(dense.kernel.shape, "float32"))
+    dense.bias.assign(np.where(np.arange(model.num_classes) == model.class_names.index(tag), 5.0, 0.0))
+
+
+def test_predict_on_text_gives_entities_with_their_original_characters(preprocessor):
+    model = tiny_tagger(preprocessor)
+    outputs_everywhere(model, "I-LOC")  # a stray I-LOC, then I-LOC: one entity of every word
+    text = "Zoë flew to  Zürich (Switzerland)."
+    [entities] = model.predict([text], verbose=0)
+    [entity] = entities
+    assert entity["chars"] == (0, len(text)) and entity["text"] == text
+    assert entity["label"] == "LOC" and entity["words"] == (0, 8) and 0 < entity["score"] <= 1
+
+
+def test_predict_on_word_lists_joins_the_words(preprocessor):
+    model = tiny_tagger(preprocessor)
+    outputs_everywhere(model, "B-PER")
+    [entities] = model.predict([["Jane", "Austen"]], verbose=0)
+    assert [(e["words"], e["text"], e["label"]) for e in entities] == [((0, 1), "Jane", "PER"), ((1, 2), "Austen", "PER")]
+    assert "chars" not in entities[0]
+
+
+def test_words_past_the_sequence_length_get_no_tag(preprocessor):
+    model = tiny_tagger(preprocessor)
+    [tagged] = model.predict_tags([["word"] * 60], verbose=0)
+    assert all(tag in TAGS for _, tag, _ in tagged[:46])
+    assert tagged[46:] == [("word", None, 0.0)] * 14  # 48 tokens: [CLS] 46 words [SEP]
+
+
+def test_tags_not_one_per_word_are_refused_with_the_sentence(preprocessor):
+    model = tiny_tagger(preprocessor)
+    with pytest.raises(ValueError, match="Sentence 1 has 2 words but 1 tags"):
+        model.fit([["a"], ["b", "c"]], [["O"], ["O"]], verbose=0)
+    with pytest.raises(ValueError, match='Unknown tag "B-ORG".*Known tags'):
+        model.fit([["a"]], [["B-ORG"]], verbose=0)
+
+
+def test_save_to_preset_round_trips_bit_for_bit(preprocessor, tmp_path):
+    model = tiny_tagger(preprocessor)
+    model.save_to_preset(str(tmp_path))
+    restored = BertTokenClassifier.from_preset(str(tmp_path))
+    assert restored.class_names == TAGS and restored.preprocessor.sequence_length == 48
+    sentences = [["Jane", "Austen", "lived", "in", "Bath"]]
+    assert restored.predict_tags(sentences, verbose=0) == model.predict_tags(sentences, verbose=0)

@@ -1,0 +1,104 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kbert.text import BertPreprocessor, BertTokenizer
+
+TEXTS = ["The cat sat on the mat.", "It was tired.", "A dog barked at the postman all afternoon."]
+
+
+@pytest.fixture(scope="module")
+def preprocessor(minilm_dir):
+    return BertPreprocessor.from_preset(minilm_dir, sequence_length=16)
+
+
+def test_preprocessor_returns_int32_token_segment_and_padding_tensors(preprocessor):
+    out = preprocessor(TEXTS)
+    assert sorted(out) == ["padding_mask", "segment_ids", "token_ids"]
+    for value in out.values():
+        assert value.dtype == tf.int32 and value.shape == (3, 16)
+
+
+def test_one_string_gives_one_unbatched_sequence(preprocessor):
+    out = preprocessor("The cat sat.")
+    assert out["token_ids"].shape == (16,)
+    np.testing.assert_array_equal(out["token_ids"], preprocessor(["The cat sat."])["token_ids"][0])
+
+
+def test_a_tuple_is_a_pair_of_segments(preprocessor):
+    out = preprocessor((TEXTS[:2], TEXTS[1:]))
+    assert out["segment_ids"].numpy().max() == 1
+    single = preprocessor(TEXTS[:2])
+    assert single["segment_ids"].numpy().max() == 0
+
+
+def test_map_passes_labels_and_sample_weights_through(preprocessor):
+    labels, weights = tf.constant([0, 1, 1]), tf.constant([1.0, 0.5, 2.0])
+    x, y = next(iter(tf.data.Dataset.from_tensor_slices((TEXTS, labels)).batch(3).map(preprocessor)))
+    assert x["token_ids"].shape == (3, 16) and y.numpy().tolist() == [0, 1, 1]
+    x, y, w = next(iter(tf.data.Dataset.from_tensor_slices((TEXTS, labels, weights)).batch(3).map(preprocessor)))
+    assert w.numpy().tolist() == [1.0, 0.5, 2.0]
+
+
+def test_map_on_unbatched_pairs_then_batch(preprocessor):
+    dataset = tf.data.Dataset.from_tensor_slices((TEXTS, TEXTS[::-1], [0, 1, 0]))
+    dataset = dataset.map(lambda a, b, y: preprocessor((a, b), y)).batch(3)
+    x, y = next(iter(dataset))
+    np.testing.assert_array_equal(x["token_ids"], preprocessor((TEXTS, TEXTS[::-1]))["token_ids"])
+
+
+def test_pad_to_longest_shrinks_batches(minilm_dir):
+    preprocessor = BertPreprocessor.from_preset(minilm_dir, sequence_length=64, pad_to="longest", pad_to_multiple_of=8)
+    assert preprocessor(TEXTS)["token_ids"].shape == (3, 16)
+
+
+def test_get_config_rebuilds_the_same_preprocessor(preprocessor):
+    config = preprocessor.get_config()
+    assert config["sequence_length"] == 16 and config["truncation"] == "longest_first"
+    clone = BertPreprocessor.from_config(config)
+    np.testing.assert_array_equal(clone(TEXTS)["token_ids"], preprocessor(TEXTS)["token_ids"])
+
+
+def test_preprocessor_rejects_token_ids_with_a_pointer_to_the_packer(preprocessor):
+    with pytest.raises(TypeError, match="SegmentPacker"):
+        preprocessor(tf.constant([[1, 2, 3]]))
+
+
+def test_preprocessor_rejects_too_short_sequence_length():
+    tokenizer = BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
+    with pytest.raises(ValueError, match="at least 3"):
+        BertPreprocessor(tokenizer, sequence_length=2)
+
+
+def test_preprocessor_runs_in_a_saved_model(preprocessor, tmp_path):
+    module = tf.Module()
+    module.preprocessor = preprocessor
+    module.serve = tf.function(preprocessor.__call__, input_signature=[tf.TensorSpec([None], tf.string)])
+    tf.saved_model.save(module, str(tmp_path))
+    reloaded = tf.saved_model.load(str(tmp_path))
+    np.testing.assert_array_equal(reloaded.serve(tf.constant(TEXTS))["token_ids"], preprocessor(TEXTS)["token_ids"])
+
+
+def test_dataset_map_feeds_model_fit_on_the_current_backend(preprocessor):
+    texts = TEXTS * 8
+    labels = np.arange(len(texts)) % 2
+    dataset = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(8).map(preprocessor)
+    inputs = {
+        "token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
+        "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
+        "padding_mask": keras.Input((None,), dtype="int32", name="padding_mask"),
+    }
+    embedded = keras.layers.Embedding(preprocessor.tokenizer.vocabulary_size, 8)(inputs["token_ids"])
+    embedded = embedded + keras.layers.Embedding(2, 8)(inputs["segment_ids"])
+    pooled = keras.layers.GlobalAveragePooling1D()(embedded, mask=inputs["padding_mask"])
+    model = keras.Model(inputs, keras.layers.Dense(2)(pooled))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(dataset, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_keras_serialization_round_trips_the_preprocessor(preprocessor):
+    config = keras.saving.serialize_keras_object(preprocessor)
+    clone = keras.saving.deserialize_keras_object(config)
+    assert isinstance(clone, BertPreprocessor) and clone.get_config() == preprocessor.get_config()
