@@ -1,6 +1,6 @@
 """kbert: BERT for Keras 3."""
 
-from kbert import layers, presets, text
+from kbert import layers, presets, serving, text
 from kbert.models import (
     BertBackbone,
     BertClassifier,

@@ -315,6 +315,8 @@ class BertQuestionAnswerer(Task):
         """
         if self.preprocessor is None:
             raise ValueError("encode needs a preprocessor to read text; build the model with one.")
+        if not len(contexts):
+            raise ValueError("Got no examples; pass lists of at least one question and context.")
         if len(questions) != len(contexts) or (answers is not None and len(answers) != len(contexts)):
             raise ValueError(
                 f"Got {len(questions)} questions, {len(contexts)} contexts"
@@ -452,10 +454,13 @@ def _top(logits, allowed, n):
 
 # === SQuAD's metrics ===
 
+_ASCII_PUNCTUATION = set(string.punctuation)
+
+
 def normalize_answer(text):
     """The official SQuAD v1.1 normalisation: lowercase, no punctuation, no
     articles (a, an, the), single spaces."""
-    text = "".join(c for c in text.lower() if c not in set(string.punctuation))
+    text = "".join(c for c in text.lower() if c not in _ASCII_PUNCTUATION)
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
 

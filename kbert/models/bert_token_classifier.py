@@ -126,7 +126,8 @@ class BertTokenClassifier(Task):
 
     With a preprocessor, `fit` and `evaluate` take sentences as lists of
     words (CoNLL style) with one tag per word: an id, or a name of
-    `class_names`. `predict` takes such word lists or plain texts (split into
+    `class_names`; or a batched `tf.data.Dataset` of string and int ragged
+    tensors `(words, tag_ids)`. `predict` takes such word lists or plain texts (split into
     words where BERT's pre-tokenizer splits them) and returns entities;
     `predict_tags` returns each word's tag.
 
@@ -191,6 +192,13 @@ class BertTokenClassifier(Task):
         return BertClassifier.hf_head_config(hf_config, tensors)
 
     # === Words in ===
+
+    def _is_raw(self, x):
+        if isinstance(x, tf.data.Dataset):
+            # A batched dataset of words: (words, tag ids[, sample weights]).
+            spec = x.element_spec[0] if isinstance(x.element_spec, tuple) else x.element_spec
+            return self.preprocessor is not None and isinstance(spec, tf.RaggedTensorSpec) and spec.dtype == tf.string
+        return super()._is_raw(x)
 
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         if isinstance(x, tf.data.Dataset):
@@ -286,6 +294,8 @@ class BertTokenClassifier(Task):
             raise ValueError("Reading words needs a preprocessor; build the model with one.")
         if isinstance(x, (str, bytes)):
             raise ValueError("Got a single text where a batch was expected; pass a list of texts: [text].")
+        if isinstance(x, tf.data.Dataset):
+            raise ValueError("predict takes a list of texts or of word lists, not a dataset.")
         sentences = []
         for sentence in x:
             if isinstance(sentence, str):

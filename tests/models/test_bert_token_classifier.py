@@ -128,6 +128,20 @@ def test_accuracy_counts_tagged_words_only(preprocessor):
     assert scores["accuracy"] == pytest.approx(2 / 3)
 
 
+def test_a_dataset_of_words_and_tag_ids_is_packed_like_lists(preprocessor):
+    sentences, tags = read_conll(WNUT, limit=4)
+    tags = [[TAGS.index(t) if t in TAGS else 0 for t in sentence] for sentence in tags]
+    model = tiny_tagger(preprocessor)
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (tf.ragged.constant(sentences, tf.string, ragged_rank=1), tf.ragged.constant(tags))).batch(4)
+    assert model._is_raw(dataset)
+    (features, labels, weights), = model._dataset(dataset)
+    (expected_features, expected_labels, expected_weights), = model._dataset(sentences, tags)
+    np.testing.assert_array_equal(features["token_ids"], expected_features["token_ids"])
+    np.testing.assert_array_equal(labels, expected_labels)
+    np.testing.assert_array_equal(weights, expected_weights)
+
+
 def outputs_everywhere(model, tag):
     """Makes the model give `tag` to every token, whatever the text."""
     dense = model.get_layer("logits")

@@ -1,0 +1,3 @@
+"""SavedModel export for TF Serving, with the preprocessing in the graph."""
+
+from kbert.serving.export import export, next_version_path

@@ -1,0 +1,135 @@
+"""Exports loaded as TF Serving would: a fresh process with only TensorFlow
+and tensorflow-text, calling `serving_default` on raw strings."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kbert
+from kbert.serving import next_version_path
+
+HOSTILE = [
+    "",
+    "   \t\n ",
+    "word " * 20000,  # 100,000 characters: truncated as in training
+    "\x00\x01\x1b[31m control \x7f characters",
+    "zero\u200bwidth\ufeff joiners\u200d",
+]
+INVALID_UTF8 = b"caf\xc3 \xff\xfe broken \xe2\x82 bytes"
+TEXTS = ["a wonderful, moving film", "dull and far too long", "Ein Film — café, 東京 🙂"]
+
+SERVE = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
+requests = json.loads(sys.stdin.read())
+answers = {}
+for name, (path, inputs) in requests.items():
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    tensors = {k: tf.constant([t.encode("latin-1") for t in v]) for k, v in inputs.items()}
+    outputs = signature(**tensors)
+    answers[name] = {k: v.numpy().tolist() for k, v in outputs.items() if v.dtype != tf.string}
+    answers[name]["strings"] = {k: [s.decode() for s in v.numpy().tolist()] for k, v in outputs.items() if v.dtype == tf.string}
+answers["kbert_imported"] = "kbert" in sys.modules
+print(json.dumps(answers))
+"""
+
+
+def serve(requests):
+    """Runs TF Serving's side in a fresh process: {name: (path, inputs)} in,
+    {name: outputs} back. Strings travel as latin-1 so any bytes survive."""
+    encoded = {
+        name: (path, {k: [t.decode("latin-1") if isinstance(t, bytes) else t.encode().decode("latin-1")
+                          for t in v] for k, v in inputs.items()})
+        for name, (path, inputs) in requests.items()
+    }
+    result = subprocess.run([sys.executable, "-c", SERVE], input=json.dumps(encoded), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def tiny_backbone():
+    return kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
+                              intermediate_dim=64, max_sequence_length=64, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def exports(minilm_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("saved_models")
+    preprocessor = kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=32)
+    models = {
+        "classifier": kbert.BertClassifier(tiny_backbone(), 2, preprocessor, class_names=["negative", "positive"]),
+        "pairs": kbert.BertClassifier(tiny_backbone(), 3, preprocessor),
+        "embedder": kbert.BertTextEmbedder(tiny_backbone(), preprocessor),
+    }
+    paths = {
+        "classifier": models["classifier"].export(str(root / "sentiment")),
+        "pairs": kbert.serving.export(models["pairs"], str(root / "pairs"), pairs=True),
+        "embedder": models["embedder"].export(str(root / "embedder" / "7")),
+    }
+    return models, paths, root
+
+
+def test_served_models_answer_like_predict_without_keras_or_kbert(exports):
+    models, paths, _ = exports
+    pair_b = ["it moved me", "i was bored", "ein Film"]
+    answers = serve({
+        "classifier": (paths["classifier"], {"text": TEXTS}),
+        "pairs": (paths["pairs"], {"text": TEXTS, "text_pair": pair_b}),
+        "embedder": (paths["embedder"], {"text": TEXTS}),
+    })
+    # The serving side imports no kbert (TensorFlow itself loads keras).
+    assert answers["kbert_imported"] is False
+    logits = models["classifier"].predict(TEXTS, verbose=0)
+    np.testing.assert_allclose(answers["classifier"]["logits"], logits, atol=1e-4)
+    assert answers["classifier"]["label_id"] == logits.argmax(-1).tolist()
+    assert answers["classifier"]["strings"]["label"] == [["negative", "positive"][i] for i in logits.argmax(-1)]
+    np.testing.assert_allclose(np.sum(answers["classifier"]["probabilities"], -1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(
+        answers["pairs"]["logits"], models["pairs"].predict((TEXTS, pair_b), verbose=0), atol=1e-4
+    )
+    np.testing.assert_allclose(
+        answers["embedder"]["embedding"], models["embedder"].predict(TEXTS, verbose=0), atol=1e-4
+    )
+
+
+def test_hostile_inputs_get_finite_answers_of_the_right_shape(exports):
+    _, paths, _ = exports
+    texts = HOSTILE + [INVALID_UTF8]
+    answers = serve({
+        "classifier": (paths["classifier"], {"text": texts}),
+        "embedder": (paths["embedder"], {"text": texts}),
+    })
+    assert np.array(answers["classifier"]["probabilities"]).shape == (len(texts), 2)
+    assert np.isfinite(answers["classifier"]["logits"]).all()
+    assert np.array(answers["embedder"]["embedding"]).shape == (len(texts), 32)
+    assert np.isfinite(answers["embedder"]["embedding"]).all()
+
+
+def test_exports_use_tf_serving_version_folders(exports):
+    models, paths, root = exports
+    assert paths["classifier"] == str(root / "sentiment" / "1")
+    assert paths["embedder"] == str(root / "embedder" / "7")
+    assert next_version_path(str(root / "sentiment")) == str(root / "sentiment" / "2")
+    with pytest.raises(FileExistsError, match="not empty"):
+        models["embedder"].export(paths["embedder"])
+
+
+def test_saved_model_cli_lists_string_inputs_and_named_outputs(exports):
+    _, paths, _ = exports
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    shown = subprocess.run([cli, "show", "--dir", paths["pairs"], "--all"], capture_output=True, text=True).stdout
+    for name in ("inputs['text']", "inputs['text_pair']", "outputs['logits']", "outputs['probabilities']",
+                 "outputs['label_id']", "outputs['label']"):
+        assert name in shown
+    assert "dtype: DT_STRING" in shown
+
+
+def test_model_without_preprocessor_cannot_export_text_signature(tmp_path):
+    model = kbert.BertClassifier(tiny_backbone(), 2)
+    with pytest.raises(ValueError, match="no preprocessor"):
+        kbert.serving.export(model, str(tmp_path / "m"))
