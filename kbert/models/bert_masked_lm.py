@@ -1,10 +1,12 @@
 import keras
 import numpy as np
+import tensorflow as tf
 
 from kbert.layers import MaskedLMHead
 from kbert.models.bert_backbone import bert_initializer
 from kbert.models.task import Task
 from kbert.presets.huggingface import T
+from kbert.text import MaskedLMMaskGenerator
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -42,6 +44,14 @@ class BertMaskedLM(Task):
         self.mask_selection_rate = mask_selection_rate
         self.max_predictions = max_predictions
         self.whole_word = whole_word
+        self.masker = None
+        if preprocessor is not None:
+            self.masker = MaskedLMMaskGenerator.from_tokenizer(
+                preprocessor.tokenizer,
+                mask_selection_rate=mask_selection_rate,
+                max_predictions=max_predictions,
+                whole_word=whole_word,
+            )
 
     def _heads(self, backbone, inputs, backbone_outputs):
         mlm_logits = MaskedLMHead(
@@ -53,6 +63,16 @@ class BertMaskedLM(Task):
             name="mlm_head",
         )(backbone_outputs["sequence_output"], mask_positions=inputs["mask_positions"])
         return {"mlm_logits": mlm_logits}
+
+    def _mask(self, features):
+        """BERT §3.1: new masks at every call, so each epoch sees new ones."""
+        masked = self.masker(features)
+        inputs = {k: masked[k] for k in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
+        return inputs, masked["mask_ids"], masked["mask_weights"]
+
+    def _preprocess(self, x, *rest):
+        inputs, mask_ids, mask_weights = self._mask(self.preprocessor(x))
+        return inputs, {"mlm_logits": mask_ids}, {"mlm_logits": mask_weights}
 
     def task_config(self):
         return {
@@ -113,7 +133,36 @@ class BertPretrainer(BertMaskedLM):
     next-sentence loss. Outputs `mlm_logits` and `nsp_logits`.
 
     Args: as `BertMaskedLM`.
+
+    With a preprocessor, `fit` takes a batched dataset of next-sentence pairs
+    as made by `kbert.text.next_sentence_dataset`: dicts of `segment_a`,
+    `segment_b` (strings, or WordPiece ids batched with `ragged_batch`) and
+    `next_sentence_label`; they are packed and masked on the fly.
+
+    Example:
+    >>> pairs = kbert.text.next_sentence_dataset("austen.txt.gz", max_seq_length=128, seed=0)
+    >>> model = kbert.BertPretrainer(backbone, preprocessor)
+    >>> model.fit(pairs.batch(32), epochs=10)
     """
+
+    def _is_raw(self, x):
+        if isinstance(x, tf.data.Dataset) and isinstance(x.element_spec, dict):
+            return self.preprocessor is not None and "segment_a" in x.element_spec
+        return super()._is_raw(x)
+
+    def _preprocess(self, pairs, *rest):
+        segments = (pairs["segment_a"], pairs["segment_b"])
+        if segments[0].dtype == tf.string:
+            features = self.preprocessor(segments)
+        else:
+            features = self.preprocessor.packer(segments)
+        inputs, mask_ids, mask_weights = self._mask(features)
+        labels = pairs["next_sentence_label"]
+        return (
+            inputs,
+            {"mlm_logits": mask_ids, "nsp_logits": labels},
+            {"mlm_logits": mask_weights, "nsp_logits": tf.ones_like(labels, dtype=tf.float32)},
+        )
 
     def _heads(self, backbone, inputs, backbone_outputs):
         outputs = super()._heads(backbone, inputs, backbone_outputs)

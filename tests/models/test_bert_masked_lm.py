@@ -64,3 +64,34 @@ def test_fill_mask_without_a_mask_says_how_to_write_one(minilm_dir):
     model = kbert.BertMaskedLM.from_preset(minilm_dir)
     with pytest.raises(ValueError, match=r"write \[MASK\]"):
         model.fill_mask("no blank here")
+
+
+def tiny(cls, minilm_dir):
+    backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
+                                  intermediate_dim=64, max_sequence_length=64, dropout=0.0)
+    return cls(backbone, kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=32), max_predictions=5)
+
+
+AUSTEN = [
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+    "must be in want of a wife.",
+    "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition.",
+    "The family of Dashwood had long been settled in Sussex.",
+    "Sir Walter Elliot, of Kellynch Hall, in Somersetshire, was a man who never took up any book.",
+] * 4
+
+
+def test_masked_lm_fits_raw_strings_with_fresh_masks_each_epoch(minilm_dir):
+    model = tiny(kbert.BertMaskedLM, minilm_dir)
+    history = model.fit(AUSTEN, batch_size=8, epochs=4, verbose=0)
+    losses = history.history["loss"]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def test_pretrainer_fits_next_sentence_pairs(minilm_dir):
+    documents = [[s, s[::-1]] for s in AUSTEN[:4]] * 3
+    pairs = kbert.text.next_sentence_dataset(documents, max_seq_length=32, seed=0)
+    model = tiny(kbert.BertPretrainer, minilm_dir)
+    history = model.fit(pairs.batch(4), epochs=2, verbose=0)
+    assert {"loss", "mlm_logits_loss", "nsp_logits_loss"} <= set(history.history)
+    assert np.isfinite(history.history["loss"]).all()
