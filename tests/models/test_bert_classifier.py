@@ -44,19 +44,24 @@ TEXTS = ["a wonderful, moving film", "dull and far too long", "great acting and 
 LABELS = [1, 0, 1, 0, 1, 0] * 4
 
 
-def test_fit_evaluate_predict_take_raw_strings_without_compile(minilm_dir):
-    model = tiny_classifier(minilm_dir)
-    history = model.fit(TEXTS, LABELS, batch_size=8, epochs=3, verbose=0)
+@pytest.fixture(scope="module")
+def fitted(minilm_dir):
+    """One tiny classifier fitted on raw strings, without a compile() call."""
+    model = tiny_classifier(minilm_dir, class_names=["negative", "positive"])
+    history = model.fit(TEXTS, LABELS, batch_size=4, epochs=2, verbose=0)
+    return model, history
+
+
+def test_fit_evaluate_predict_take_raw_strings_without_compile(fitted):
+    model, history = fitted
     assert history.history["loss"][-1] < history.history["loss"][0]
     loss, accuracy = model.evaluate(TEXTS, LABELS, verbose=0)
     assert np.isfinite(loss) and 0.0 <= accuracy <= 1.0
     assert model.predict(["a fine film", "a bad film"], verbose=0).shape == (2, 2)
 
 
-def test_default_schedule_warms_up_then_decays_to_zero(minilm_dir):
-    model = tiny_classifier(minilm_dir)
-    model.fit(TEXTS, LABELS, batch_size=4, epochs=2, verbose=0)
-    schedule = model.optimizer._learning_rate
+def test_default_schedule_warms_up_then_decays_to_zero(fitted):
+    schedule = fitted[0].optimizer._learning_rate
     assert isinstance(schedule, kbert.models.task.WarmupLinearDecay)
     assert schedule.total_steps == 12 and schedule.warmup_steps == 1 and float(schedule(12)) == 0.0
     assert float(schedule(0)) == 0.0 and float(schedule(schedule.warmup_steps)) == pytest.approx(5e-5)
@@ -65,18 +70,18 @@ def test_default_schedule_warms_up_then_decays_to_zero(minilm_dir):
 def test_pairs_of_texts_are_classified(minilm_dir):
     model = tiny_classifier(minilm_dir, num_classes=3)
     a, b = ["the sky is blue", "water is dry"], ["it is blue", "water is wet"]
-    model.fit((a, b), [0, 2], epochs=1, verbose=0)
+    history = model.fit((a, b), [0, 2], epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
     assert model.predict((a, b), verbose=0).shape == (2, 3)
 
 
-def test_save_to_preset_round_trips_bit_for_bit(minilm_dir, tmp_path):
-    model = tiny_classifier(minilm_dir, class_names=["negative", "positive"])
-    model.fit(TEXTS[:8], LABELS[:8], epochs=1, verbose=0)
+def test_save_to_preset_round_trips_bit_for_bit(fitted, tmp_path):
+    model = fitted[0]
     model.save_to_preset(str(tmp_path))
     restored = kbert.BertClassifier.from_preset(str(tmp_path))
     assert restored.class_names == ["negative", "positive"]
     assert restored.preprocessor.sequence_length == 32
-    np.testing.assert_array_equal(model.predict(TEXTS, verbose=0), restored.predict(TEXTS, verbose=0))
+    np.testing.assert_array_equal(model.predict(TEXTS[:6], verbose=0), restored.predict(TEXTS[:6], verbose=0))
     # The backbone alone loads from a task preset too.
     backbone = kbert.BertBackbone.from_preset(str(tmp_path))
     for a, b in zip(backbone.weights, model.backbone.weights):

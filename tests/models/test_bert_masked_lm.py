@@ -52,16 +52,21 @@ def test_output_projection_is_the_token_embedding(tmp_path):
     assert vocabulary_matrices == [model.backbone.token_embedding.embeddings]
 
 
-def test_fill_mask_on_real_minilm_returns_ranked_words(minilm_dir):
-    model = kbert.BertMaskedLM.from_preset(minilm_dir)
+@pytest.fixture(scope="module")
+def minilm_mlm(minilm_dir):
+    return kbert.BertMaskedLM.from_preset(minilm_dir)
+
+
+def test_fill_mask_on_real_minilm_returns_ranked_words(minilm_mlm):
+    model = minilm_mlm
     answers = model.fill_mask("i went to the [MASK] to deposit my paycheck.", top_k=3)
     assert len(answers) == 3
     probabilities = [p for _, p in answers]
     assert probabilities == sorted(probabilities, reverse=True) and 0 < sum(probabilities) <= 1
 
 
-def test_fill_mask_without_a_mask_says_how_to_write_one(minilm_dir):
-    model = kbert.BertMaskedLM.from_preset(minilm_dir)
+def test_fill_mask_without_a_mask_says_how_to_write_one(minilm_mlm):
+    model = minilm_mlm
     with pytest.raises(ValueError, match=r"write \[MASK\]"):
         model.fill_mask("no blank here")
 
@@ -83,7 +88,7 @@ AUSTEN = [
 
 def test_masked_lm_fits_raw_strings_with_fresh_masks_each_epoch(minilm_dir):
     model = tiny(kbert.BertMaskedLM, minilm_dir)
-    history = model.fit(AUSTEN, batch_size=8, epochs=4, verbose=0)
+    history = model.fit(AUSTEN, batch_size=8, epochs=3, verbose=0)
     losses = history.history["loss"]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
 
