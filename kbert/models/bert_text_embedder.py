@@ -37,7 +37,10 @@ class BertTextEmbedder(Task):
             embedding = sequence_output[:, 0, :]
         embedding = ops.cast(embedding, "float32")
         if normalize:
-            embedding = embedding / ops.maximum(ops.norm(embedding, axis=-1, keepdims=True), 1e-12)
+            # (ops.norm breaks under JAX jit in a functional graph: its axis
+            # comes back as an unhashable list.)
+            norm = ops.sqrt(ops.sum(ops.square(embedding), axis=-1, keepdims=True))
+            embedding = embedding / ops.maximum(norm, 1e-12)
         super().__init__(inputs=inputs, outputs=embedding, **kwargs)
         self._finish_init(backbone, preprocessor)
         self.pooling = pooling
