@@ -87,7 +87,8 @@ class BertMaskedLM(Task):
         return {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction="mean_with_sample_weight")}
 
-    def default_metrics(self):
+    def default_weighted_metrics(self):
+        # Accuracy over real predictions, not the padded prediction slots.
         return {"mlm_logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
 
     # Hugging Face's BertForMaskedLM / BertForPreTraining `cls.predictions`.
@@ -177,9 +178,9 @@ class BertPretrainer(BertMaskedLM):
             "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         }
 
-    def default_metrics(self):
+    def default_weighted_metrics(self):
         return {
-            **super().default_metrics(),
+            **super().default_weighted_metrics(),
             "nsp_logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }
 

@@ -170,16 +170,9 @@ class BertTokenClassifier(Task):
         # The mean over tagged words: tokens of weight 0 do not count.
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
 
-    def default_metrics(self):
+    def default_weighted_metrics(self):
+        # Accuracy over tagged words (weight 1), not other pieces or padding.
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
-        if metrics == "auto":
-            # Keras gives sample weights to `weighted_metrics` only: accuracy
-            # is then over tagged words, not over every token and padding.
-            kwargs.setdefault("weighted_metrics", self.default_metrics())
-            metrics = None
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     # Hugging Face's BertForTokenClassification: the same names as
     # BertForSequenceClassification's head.
@@ -258,7 +251,8 @@ class BertTokenClassifier(Task):
             preprocessor's `sequence_length` (or with no WordPiece).
         """
         words = [w for w, _ in self._words_and_spans(x)]
-        return [list(zip(sentence, *tags)) for sentence, tags in zip(words, self._tag_words(words, batch_size, **kwargs))]
+        tags = self._tag_words(words, batch_size, **kwargs)
+        return [list(zip(sentence, names, scores)) for sentence, (names, scores) in zip(words, tags)]
 
     def predict(self, x, batch_size=None, **kwargs):
         """Finds entities: with raw input (a list of texts or of word lists),

@@ -86,7 +86,13 @@ class Task(keras.Model):
     def default_metrics(self):
         return None
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+    def default_weighted_metrics(self):
+        """Metrics that take the sample weights into account (Keras passes
+        sample weights to `weighted_metrics` only): e.g. accuracy over real
+        masked tokens or tagged words, not over padding."""
+        return None
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto", **kwargs):
         """`compile()` with BERT's fine-tuning defaults for anything not given:
         AdamW (weight decay 0.01, none on biases and LayerNorm), the task's loss
         and metrics. With the default optimizer, `fit` uses BERT's schedule:
@@ -96,6 +102,7 @@ class Task(keras.Model):
             optimizer=bert_adamw(self.default_learning_rate) if optimizer == "auto" else optimizer,
             loss=self.default_loss() if loss == "auto" else loss,
             metrics=self.default_metrics() if metrics == "auto" else metrics,
+            weighted_metrics=self.default_weighted_metrics() if weighted_metrics == "auto" else weighted_metrics,
             **kwargs,
         )
 
@@ -110,6 +117,8 @@ class Task(keras.Model):
         self._compiled_by_default = False
 
     # === Raw strings in ===
+    # Subclasses with other raw inputs (words, question/context pairs,
+    # next-sentence pairs) override `_is_raw`, `_dataset` or `_preprocess`.
 
     def _is_raw(self, x):
         """Whether `x` is text for the preprocessor (not ids already)."""
@@ -166,6 +175,25 @@ class Task(keras.Model):
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
                            validation_data=validation_data, shuffle=shuffle,
                            steps_per_epoch=steps_per_epoch, **kwargs)
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras' TensorFlow trainer builds the model on a first batch that it
+        # reduce("MEAN")s over the replicas; under MultiWorkerMirroredStrategy
+        # that fails before the first step ("Attempt to convert a value
+        # ({'token_ids': PerReplica...}) ... to a Tensor", keras-team/keras#20585).
+        # The build only needs shapes and dtypes: one replica's batch has them.
+        # Drop this override once Keras no longer reduces the batch.
+        strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is not None and iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = next(batches)
+                break
+            data_batch = keras.tree.map_structure(
+                lambda v: strategy.experimental_local_results(v)[0]
+                if isinstance(v, tf.distribute.DistributedValues) else v,
+                data_batch,
+            )
+        return super()._maybe_symbolic_build(data_batch=data_batch)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if not self.compiled:

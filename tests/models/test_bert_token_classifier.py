@@ -163,7 +163,8 @@ def test_predict_on_word_lists_joins_the_words(preprocessor):
     model = tiny_tagger(preprocessor)
     outputs_everywhere(model, "B-PER")
     [entities] = model.predict([["Jane", "Austen"]], verbose=0)
-    assert [(e["words"], e["text"], e["label"]) for e in entities] == [((0, 1), "Jane", "PER"), ((1, 2), "Austen", "PER")]
+    found = [(e["words"], e["text"], e["label"]) for e in entities]
+    assert found == [((0, 1), "Jane", "PER"), ((1, 2), "Austen", "PER")]
     assert "chars" not in entities[0]
 
 
