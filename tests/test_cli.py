@@ -18,11 +18,23 @@ def run(capsys, *argv):
     return code, out, err
 
 
-def test_train_evaluate_predict_export_serve_check_round_trip(tmp_path, capsys):
+@pytest.fixture
+def tiny_preset(tmp_path, minilm_dir):
+    """A small random BERT with MiniLM's vocabulary, in kbert's preset layout."""
+    import kbert
+
+    folder = str(tmp_path / "tiny")
+    kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
+                       max_sequence_length=64).save_to_preset(folder)
+    kbert.BertTokenizer.from_preset(minilm_dir).save_to_preset(folder)
+    return folder
+
+
+def test_train_evaluate_predict_export_serve_check_round_trip(tmp_path, capsys, tiny_preset):
     model = str(tmp_path / "mr")
     common = ["--text-column", "text", "--label-column", "label", "--max-examples", "64"]
     code, out, _ = run(capsys, "train", "--data", f"{MR}/train.tsv", *common, "--output", model,
-                       "--epochs", "1", "--sequence-length", "32", "--batch-size", "16")
+                       "--preset", tiny_preset, "--epochs", "1", "--sequence-length", "32", "--batch-size", "16")
     assert code == 0 and "Saved the fine-tuned classifier" in out
 
     code, out, _ = run(capsys, "evaluate", "--model", model, "--data", f"{MR}/test.tsv", *common)
