@@ -1,6 +1,6 @@
 """kbert: BERT for Keras 3."""
 
-from kbert import layers, presets, serving, text
+from kbert import layers, presets, serving, text, training
 from kbert.models import (
     BertBackbone,
     BertClassifier,
@@ -10,4 +10,5 @@ from kbert.models import (
     BertTextEmbedder,
     BertTokenClassifier,
 )
+from kbert.plots import plot_attention, plot_confusion_matrix, plot_history
 from kbert.text import BertPreprocessor, BertTokenizer

@@ -84,8 +84,12 @@ def _servable(model, pairs):
 class _ServingModule(tf.Module):
     def __init__(self, model):
         super().__init__()
-        self.model = model
+        # Only what serving needs is tracked: the preprocessor's lookup tables
+        # and the model's variables, not the optimizer (whose state has no
+        # place in a served model, and which Keras may have rebuilt).
+        object.__setattr__(self, "model", model)
         self.preprocessor = model.preprocessor
+        self.model_variables = [getattr(v, "value", v) for v in model.variables]
 
     def _features(self, *texts):
         return self.preprocessor(texts if len(texts) > 1 else texts[0])

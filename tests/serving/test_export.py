@@ -66,6 +66,8 @@ def exports(minilm_dir, tmp_path_factory):
         "pairs": kbert.BertClassifier(tiny_backbone(), 3, preprocessor),
         "embedder": kbert.BertTextEmbedder(tiny_backbone(), preprocessor),
     }
+    # Trained with the default compile() first: what users export is a fitted model.
+    models["classifier"].fit(TEXTS, [1, 0, 1], epochs=1, verbose=0)
     paths = {
         "classifier": models["classifier"].export(str(root / "sentiment")),
         "pairs": kbert.serving.export(models["pairs"], str(root / "pairs"), pairs=True),
