@@ -1,0 +1,21 @@
+"""Training at scale: distribution strategies, BERT's optimizers and
+schedules, and callbacks for long runs that survive interruptions.
+
+Mixed precision needs no code here: build the model with a dtype policy,
+`kbert.BertClassifier.from_preset("base", num_classes=2, dtype="mixed_bfloat16")`.
+Weights stay float32 and matmuls run in bfloat16; LayerNorm computes in
+float32, attention's softmax is taken on float32 logits, and the heads'
+logits, hence the losses, are float32. With `"mixed_float16"` also scale the
+loss: `fine_tuning_optimizer(..., loss_scale=True)`.
+"""
+
+from kbert.training.distribution import data_parallel, strategy
+from kbert.training.optimizers import (
+    WarmupLinearDecay,
+    bert_adamw,
+    bert_lamb,
+    fine_tuning_optimizer,
+    pretraining_optimizer,
+    with_options,
+)
+from kbert.training.runs import BackupAndRestore, callbacks, trained_steps

@@ -1,0 +1,131 @@
+"""Where training runs: one device, several GPUs, several machines, a TPU.
+
+The TensorFlow backend distributes with a `tf.distribute` strategy, made once
+at the start of the program and entered around model building
+(`strategy()`). The JAX backend distributes with `keras.distribution`, set
+before the model is built (`data_parallel()`). In both, data parallelism:
+every device holds all the weights, each takes a slice of the global batch,
+and gradients are averaged over the devices before every update, so `fit`
+computes what one device would on the whole batch.
+"""
+
+import json
+import os
+
+import keras
+
+
+def strategy(tpu=None):
+    """The `tf.distribute` strategy for the machines this program runs on.
+
+    In order:
+
+    - a TPU, when `tpu` is given (a TPU name or `grpc://` address, or
+      `"local"` on a TPU VM) or `TPU_NAME` is set: `TPUStrategy`, after
+      connecting to the TPU and initialising it;
+    - several workers, when `TF_CONFIG` lists more than one:
+      `MultiWorkerMirroredStrategy`. Every worker runs the same program with
+      its own `TF_CONFIG` task index, and must create the strategy before any
+      other TensorFlow op;
+    - several GPUs: `MirroredStrategy` over all of them;
+    - otherwise TensorFlow's default strategy (one device, no distribution).
+
+    TPUs are only looked for when asked: probing for one on an ordinary
+    machine asks a cloud metadata server, which can hang where there is none.
+
+    Build and compile the model inside `strategy.scope()`; `fit` then splits
+    every batch of the dataset (its *global* batch) between the replicas. Keep
+    the global batch and scale it with `strategy.num_replicas_in_sync` if each
+    device should keep its batch.
+
+    Args:
+        tpu: a TPU to use, as above; `None` to use one only if `TPU_NAME` says so.
+
+    Returns:
+        A `tf.distribute.Strategy`.
+
+    Example:
+    >>> strategy = kbert.training.strategy()
+    >>> with strategy.scope():
+    ...     model = kbert.BertClassifier.from_preset("base", num_classes=2)
+    ...     model.compile()
+    >>> model.fit(dataset.batch(32 * strategy.num_replicas_in_sync), epochs=3)
+    """
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"kbert.training.strategy() makes a tf.distribute strategy, which only the TensorFlow "
+            f"backend trains with; this is the {keras.backend.backend()} backend. With JAX use "
+            "kbert.training.data_parallel(), or set KERAS_BACKEND=tensorflow."
+        )
+    import tensorflow as tf
+
+    tpu = tpu or os.environ.get("TPU_NAME")
+    if tpu:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="" if tpu == "local" else tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    if len(cluster.get("worker", [])) + len(cluster.get("chief", [])) > 1:
+        return _multi_worker_strategy()
+    if len(tf.config.list_logical_devices("GPU")) > 1:
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def _multi_worker_strategy():
+    """`MultiWorkerMirroredStrategy` that Keras 3 can `fit` with.
+
+    Keras' TensorFlow trainer averages each step's logs (loss and metrics,
+    scalars) over the workers with `strategy.reduce("MEAN", v, axis=0)`, which
+    TensorFlow rejects for scalars ("Invalid reduction dimension 0 for input
+    with 0 dimensions", tensorflow/tensorflow#72388): every `fit` fails at its
+    first step. A scalar has no axis to average along, only the workers, so
+    `axis=None` is what was meant. Drop this once Keras passes it.
+    """
+    import tensorflow as tf
+
+    class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+        def reduce(self, reduce_op, value, axis):
+            local = self.experimental_local_results(value)[0]
+            if axis is not None and getattr(local, "shape", None) is not None and local.shape.rank == 0:
+                axis = None
+            return super().reduce(reduce_op, value, axis)
+
+    return MultiWorkerMirroredStrategy()
+
+
+def data_parallel(devices=None):
+    """Data parallelism with JAX: every device gets a slice of each batch.
+
+    Makes `keras.distribution.DataParallel` over `devices` (default: all of
+    `keras.distribution.list_devices()`) and sets it with
+    `keras.distribution.set_distribution`, so that models built afterwards
+    keep their weights replicated on every device and `fit` shards each
+    batch along its first axis. Build the model after this call. For several
+    hosts, call `keras.distribution.initialize()` first on each of them.
+
+    On CPU, `XLA_FLAGS=--xla_force_host_platform_device_count=N` (set before
+    JAX starts) gives N devices to try it on.
+
+    Args:
+        devices: the devices to use, e.g. `keras.distribution.list_devices("gpu")`.
+
+    Returns:
+        The `keras.distribution.DataParallel` now in effect;
+        `keras.distribution.set_distribution(None)` turns it off.
+
+    Example:
+    >>> kbert.training.data_parallel()
+    >>> model = kbert.BertClassifier.from_preset("base", num_classes=2)
+    >>> model.fit(texts, labels, batch_size=64)  # 64 / number of devices each
+    """
+    if keras.backend.backend() != "jax":
+        raise ValueError(
+            f"keras.distribution.DataParallel needs the JAX backend; this is the "
+            f"{keras.backend.backend()} backend. With TensorFlow use kbert.training.strategy(), "
+            "or set KERAS_BACKEND=jax."
+        )
+    distribution = keras.distribution.DataParallel(devices=devices or keras.distribution.list_devices())
+    keras.distribution.set_distribution(distribution)
+    return distribution

@@ -1,0 +1,72 @@
+import keras
+import numpy as np
+import pytest
+
+import kbert
+from kbert.training import optimizers
+
+
+def learning_rates(optimizer, steps):
+    schedule = keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
+    return [float(schedule(step)) for step in steps]
+
+
+def test_pretraining_optimizer_is_berts_adam_with_warmup_and_linear_decay():
+    # BERT §A.2: lr 1e-4, β1 0.9, β2 0.999, weight decay 0.01, 10k warm-up steps, linear decay.
+    optimizer = kbert.training.pretraining_optimizer(1_000_000)
+    assert isinstance(optimizer, keras.optimizers.AdamW)
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.weight_decay) == (0.9, 0.999, 0.01)
+    np.testing.assert_allclose(learning_rates(optimizer, [0, 5_000, 10_000, 505_000, 1_000_000]),
+                               [0, 5e-5, 1e-4, 5e-5, 0], atol=1e-12)
+
+
+def test_fine_tuning_optimizer_warms_up_over_its_share_of_the_run():
+    optimizer = kbert.training.fine_tuning_optimizer(1000, learning_rate=3e-5, warmup=0.1)
+    np.testing.assert_allclose(learning_rates(optimizer, [50, 100, 550, 1000]), [1.5e-5, 3e-5, 1.5e-5, 0], atol=1e-12)
+
+
+def test_lamb_decays_weights_but_not_biases_or_layer_norm():
+    optimizer = kbert.training.pretraining_optimizer(10, learning_rate=0.1, warmup_steps=0, optimizer="lamb",
+                                                     weight_decay=0.5)
+    assert isinstance(optimizer, keras.optimizers.Lamb)
+    variables = [keras.Variable(np.ones(3, "float32"), name=name) for name in ("kernel", "bias", "gamma", "beta")]
+    # No gradient: only weight decay can move a variable.
+    optimizer.apply_gradients([(keras.ops.zeros(3), v) for v in variables])
+    kernel, *not_decayed = [keras.ops.convert_to_numpy(v) for v in variables]
+    assert (kernel < 1).all()
+    np.testing.assert_array_equal(not_decayed, np.ones((3, 3)))
+
+
+def test_global_clipnorm_bounds_the_norm_of_all_gradients_together():
+    optimizer = optimizers.with_options(keras.optimizers.SGD(1.0), global_clipnorm=1.0)
+    a, b = keras.Variable(np.zeros(2, "float32")), keras.Variable(np.zeros(1, "float32"))
+    optimizer.apply_gradients([(keras.ops.array([3.0, 0.0]), a), (keras.ops.array([4.0]), b)])
+    np.testing.assert_allclose(np.concatenate([keras.ops.convert_to_numpy(v) for v in (a, b)]), [-0.6, 0, -0.8],
+                               rtol=1e-6)
+
+
+def test_gradient_accumulation_updates_with_the_mean_gradient_every_n_batches():
+    optimizer = optimizers.with_options(keras.optimizers.SGD(1.0), gradient_accumulation_steps=2)
+    variable = keras.Variable(np.zeros(1, "float32"))
+    optimizer.apply_gradients([(keras.ops.array([1.0]), variable)])
+    assert keras.ops.convert_to_numpy(variable)[0] == 0  # accumulated, not applied
+    optimizer.apply_gradients([(keras.ops.array([3.0]), variable)])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(variable), [-2.0])
+
+
+def test_loss_scale_wraps_the_optimizer_for_float16():
+    optimizer = kbert.training.fine_tuning_optimizer(100, loss_scale=True)
+    assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    assert isinstance(optimizer.inner_optimizer, keras.optimizers.AdamW)
+
+
+def test_unknown_optimizer_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match='"adamw".*"lamb"'):
+        kbert.training.pretraining_optimizer(100, optimizer="adam")
+
+
+def test_schedule_and_adamw_are_the_ones_task_compile_uses():
+    from kbert.models import task
+
+    assert kbert.training.bert_adamw is task.bert_adamw
+    assert kbert.training.WarmupLinearDecay is task.WarmupLinearDecay

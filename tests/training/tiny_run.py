@@ -1,0 +1,165 @@
+"""Trains a tiny BertClassifier the ways tests/training compares, each in a
+process of its own (strategies and device counts are fixed when TensorFlow or
+JAX start):
+
+    python -m tests.training.tiny_run MODE INIT OUT [BACKUP_DIR KILL_AT]
+
+MODE: `mirrored` (TensorFlow, two logical CPUs: one device, then
+MirroredStrategy), `data_parallel` (JAX, two CPU devices: one device, then
+DataParallel), `multi_worker` (one worker of MultiWorkerMirroredStrategy, from
+TF_CONFIG), `resume` (any backend: BackupAndRestore, killed after step KILL_AT
+when given). Every run starts from the weights in INIT and writes its final
+weights to OUT (.npz; `single` and `distributed` for the two-run modes).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EPOCHS, STEPS_PER_EPOCH, GLOBAL_BATCH, LENGTH, VOCABULARY_SIZE = 2, 4, 16, 16, 50
+
+
+def build_model():
+    import kbert
+
+    backbone = kbert.BertBackbone(vocabulary_size=VOCABULARY_SIZE, num_layers=2, num_heads=2, hidden_dim=16,
+                                  intermediate_dim=32, max_sequence_length=LENGTH, dropout=0.0)
+    return kbert.BertClassifier(backbone, num_classes=2, dropout=0.0)
+
+
+def batches():
+    """A fixed dataset of token ids, in a fixed order: every run sees the same batches."""
+    import tensorflow as tf
+
+    from tests.helpers import random_inputs
+
+    inputs = random_inputs(GLOBAL_BATCH * STEPS_PER_EPOCH, LENGTH, VOCABULARY_SIZE, seed=0)
+    labels = (inputs["token_ids"][:, 1] > VOCABULARY_SIZE // 2).astype("int32")
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(GLOBAL_BATCH)
+    options = tf.data.Options()
+    # DATA: each worker reads the whole (small, in-memory) dataset and keeps
+    # its share of every global batch, so that a step of two workers trains
+    # on exactly the batch one device would. FILE sharding needs several input
+    # files; OFF would give every worker the same examples.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
+
+
+def compile_model(model, epochs=EPOCHS):
+    import kbert
+
+    model.compile(optimizer=kbert.training.fine_tuning_optimizer(
+        epochs * STEPS_PER_EPOCH, learning_rate=1e-3, warmup=0.25))
+
+
+def train(init, scope=None):
+    """Builds, loads `init`, trains EPOCHS epochs; returns the final weights."""
+    import contextlib
+
+    with scope or contextlib.nullcontext():
+        model = build_model()
+        model.load_weights(init)
+        compile_model(model)
+    model.fit(batches(), epochs=EPOCHS, verbose=0)
+    return model.get_weights()
+
+
+def save(out, **weights):
+    import numpy as np
+
+    np.savez(out, **{f"{name}_{i}": w for name, ws in weights.items() for i, w in enumerate(ws)})
+
+
+def mirrored(init, out):
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    single = train(init)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    assert strategy.num_replicas_in_sync == 2
+    save(out, single=single, distributed=train(init, strategy.scope()))
+
+
+def data_parallel(init, out):
+    import keras
+
+    import kbert
+
+    single = train(init)
+    distribution = kbert.training.data_parallel()
+    assert len(distribution.device_mesh.devices.flatten()) == 2
+    save(out, single=single, distributed=train(init))
+    keras.distribution.set_distribution(None)
+
+
+def multi_worker(init, out):
+    import kbert
+
+    strategy = kbert.training.strategy()  # before any other TensorFlow op
+    assert strategy.num_replicas_in_sync == 2, strategy
+    weights = train(init, strategy.scope())
+    if strategy.cluster_resolver.task_id == 0:
+        save(out, distributed=weights)
+
+
+def resume(init, out, backup_dir, kill_at=None):
+    import keras
+
+    import kbert
+
+    class KillAt(keras.callbacks.Callback):
+        """Dies as a preempted machine does: SIGKILL, no cleanup, mid-epoch."""
+
+        def __init__(self):
+            super().__init__()
+            self.step = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.step += 1
+            if self.step == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    epochs = 3
+    model = build_model()
+    model.load_weights(init)
+    compile_model(model, epochs)
+    callbacks = [kbert.training.BackupAndRestore(backup_dir, save_freq=2)]
+    if kill_at is not None:
+        callbacks.append(KillAt())
+    stream = batches().repeat().skip(kbert.training.trained_steps(backup_dir))
+    model.fit(stream, epochs=epochs, steps_per_epoch=STEPS_PER_EPOCH, callbacks=callbacks, verbose=0)
+    save(out, final=model.get_weights(), steps=[[int(model.optimizer.iterations)]])
+
+
+# === Starting runs (from the tests) ===
+
+
+def start_tiny_run(*args, **env):
+    """Starts `python -m tests.training.tiny_run *args` with `env` added."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env}
+    return subprocess.Popen([sys.executable, "-m", "tests.training.tiny_run", *map(str, args)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process, timeout=240):
+    """Waits for a run: its return code and output."""
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def run_tiny(*args, **env):
+    """Runs to the end; fails the test with the run's output if it fails."""
+    returncode, output = finish(start_tiny_run(*args, **env))
+    assert returncode == 0, output[-4000:]
+    return output
+
+
+if __name__ == "__main__":
+    mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "resume" and len(args) == 4:
+        args[3] = int(args[3])
+    {"mirrored": mirrored, "data_parallel": data_parallel, "multi_worker": multi_worker,
+     "resume": resume}[mode](*args)
