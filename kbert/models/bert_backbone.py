@@ -187,7 +187,8 @@ class BertBackbone(keras.Model):
             "num_segments": self.num_segments,
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            # The layers hold the policy (the functional model's own is float32).
+            "dtype": keras.dtype_policies.serialize(self.token_embedding.dtype_policy),
         }
 
     @classmethod

@@ -98,8 +98,13 @@ class Task(keras.Model):
         and metrics. With the default optimizer, `fit` uses BERT's schedule:
         linear warm-up over 10% of the run's steps, then linear decay to 0."""
         self._compiled_by_default = optimizer == "auto"
+        if optimizer == "auto":
+            optimizer = bert_adamw(self.default_learning_rate)
+            if self.backbone.token_embedding.dtype_policy.name == "mixed_float16":
+                # float16 gradients underflow without loss scaling.
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         super().compile(
-            optimizer=bert_adamw(self.default_learning_rate) if optimizer == "auto" else optimizer,
+            optimizer=optimizer,
             loss=self.default_loss() if loss == "auto" else loss,
             metrics=self.default_metrics() if metrics == "auto" else metrics,
             weighted_metrics=self.default_weighted_metrics() if weighted_metrics == "auto" else weighted_metrics,

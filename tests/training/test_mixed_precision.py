@@ -11,23 +11,6 @@ from tests.training import tiny_run
 
 MR_TRAIN = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "data", "mr", "train.tsv")
 
-# kbert/layers/transformer_encoder.py makes its Dropout layers without the
-# block's dtype policy, so they cast to float32: TensorFlow then refuses the
-# residual add of float32 and bfloat16 (mixed-precision backbones cannot be
-# built), and PyTorch the product of float32 attention probabilities and
-# bfloat16 values (whenever dropout or attention scores are on). JAX promotes
-# both to float32. Fix: Dropout(..., dtype=self.dtype_policy). Strict, so
-# these tests say when it is fixed.
-tensorflow_cannot_build_mixed = pytest.mark.xfail(
-    keras.backend.backend() == "tensorflow", raises=TypeError, strict=True,
-    reason="TransformerEncoder's Dropout layers have no dtype policy: float32 + bfloat16 add under TensorFlow",
-)
-attention_probabilities_mix_dtypes = pytest.mark.xfail(
-    keras.backend.backend() in ("tensorflow", "torch"), raises=(TypeError, RuntimeError), strict=True,
-    reason="TransformerEncoder's Dropout layers have no dtype policy: float32 probabilities x bfloat16 values",
-)
-
-
 def dtype(x):
     return keras.backend.standardize_dtype(x.dtype)
 
@@ -37,7 +20,6 @@ def tiny_backbone(dtype, vocabulary_size=tiny_run.VOCABULARY_SIZE, **kwargs):
                               intermediate_dim=64, max_sequence_length=32, dropout=0.0, dtype=dtype, **kwargs)
 
 
-@tensorflow_cannot_build_mixed
 def test_layer_norm_logits_and_loss_stay_float32_under_mixed_bfloat16():
     backbone = tiny_backbone("mixed_bfloat16")
     model = kbert.BertClassifier(backbone, num_classes=2)
@@ -63,7 +45,11 @@ def test_layer_norm_logits_and_loss_stay_float32_under_mixed_bfloat16():
     assert dtype(model.loss(keras.ops.array([0, 1]), logits)) == "float32"
 
 
-@attention_probabilities_mix_dtypes
+def test_mixed_precision_survives_get_config():
+    backbone = tiny_backbone("mixed_bfloat16")
+    assert kbert.BertBackbone.from_config(backbone.get_config()).token_embedding.dtype_policy.name == "mixed_bfloat16"
+
+
 def test_attention_softmax_is_taken_in_float32_under_mixed_bfloat16():
     backbone = tiny_backbone("mixed_bfloat16")
     scores = backbone.attention_scores(random_inputs(2, 8, tiny_run.VOCABULARY_SIZE), 0)
@@ -85,8 +71,7 @@ def fine_tune(policy, texts, labels, preprocessor, epochs):
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason=(
-    "runs once, in the jax pass (~35 s): PyTorch's bfloat16 on CPU takes ~5 minutes, and TensorFlow "
-    "cannot build mixed-precision backbones yet (see tensorflow_cannot_build_mixed)"))
+    "runs once, in the jax pass (~35 s): PyTorch's bfloat16 matmuls on this CPU take ~5 minutes"))
 def test_bfloat16_fine_tuning_converges_like_float32(minilm_dir):
     # 256 MR reviews, a tiny BERT from scratch (MiniLM's WordPiece vocabulary),
     # 10 epochs: in float32 it learns the set by heart (loss 0.69 -> ~0.01).
@@ -102,11 +87,10 @@ def test_bfloat16_fine_tuning_converges_like_float32(minilm_dir):
     assert abs(bfloat16["accuracy"][-1] - float32["accuracy"][-1]) <= 0.05
 
 
-@tensorflow_cannot_build_mixed
 @pytest.mark.skipif(keras.backend.backend() == "jax", reason="XLA on CPU has no float16 matmul (float16 is for GPUs)")
 def test_mixed_float16_trains_with_loss_scaling():
     model = kbert.BertClassifier(tiny_backbone("mixed_float16"), num_classes=2, dropout=0.0)
-    model.compile(optimizer=kbert.training.fine_tuning_optimizer(8, learning_rate=1e-3, loss_scale=True))
+    model.compile()  # the default compile scales the loss for float16 by itself
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     before = [to_numpy(w).copy() for w in model.trainable_weights]
     history = model.fit(tiny_run.batches(), epochs=2, verbose=0)

@@ -11,6 +11,7 @@ from tests.training import tiny_run
 def test_run_killed_mid_epoch_resumes_to_the_weights_of_an_uninterrupted_one(initial_weights, tmp_path):
     # 3 epochs of 4 steps, backups every 2 steps: SIGKILL after step 7 (epoch
     # 1, batch 2) loses step 7; the restart restores step 6 and trains 7-12.
+    # Only the killed run needs a process of its own; the others run here.
     killed = tiny_run.start_tiny_run("resume", initial_weights, tmp_path / "unused.npz", tmp_path / "backup", 7)
     uninterrupted = tmp_path / "uninterrupted.npz"
     tiny_run.resume(initial_weights, uninterrupted, str(tmp_path / "backup_uninterrupted"))  # meanwhile, here
@@ -19,7 +20,7 @@ def test_run_killed_mid_epoch_resumes_to_the_weights_of_an_uninterrupted_one(ini
     assert kbert.training.trained_steps(str(tmp_path / "backup")) == 6
 
     resumed = tmp_path / "resumed.npz"
-    tiny_run.run_tiny("resume", initial_weights, resumed, tmp_path / "backup")
+    tiny_run.resume(initial_weights, resumed, str(tmp_path / "backup"))
     expected, got = np.load(uninterrupted), np.load(resumed)
     assert got["steps_0"] == expected["steps_0"] == 12
     for name in expected:
