@@ -7,7 +7,7 @@ import tensorflow as tf
 from kbert.models.bert_backbone import bert_initializer
 from kbert.models.bert_classifier import BertClassifier
 from kbert.models.bert_question_answerer import word_spans
-from kbert.models.task import Task
+from kbert.models.task import Task, map_batches
 from kbert.presets.huggingface import T
 
 
@@ -195,7 +195,7 @@ class BertTokenClassifier(Task):
 
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         if isinstance(x, tf.data.Dataset):
-            return x.map(self._preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+            return map_batches(x, self._preprocess)
         words = _as_word_lists(x)
         parts = (tf.ragged.constant(words, dtype=tf.string, ragged_rank=1),)
         if y is not None:
@@ -206,7 +206,7 @@ class BertTokenClassifier(Task):
         if shuffle:
             dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
         dataset = dataset.batch(batch_size or 32)
-        return dataset.map(self._preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        return map_batches(dataset, self._preprocess)
 
     def _preprocess(self, words, tags=None, sample_weight=None):
         features, first_pieces = pack_words(self.preprocessor, words)

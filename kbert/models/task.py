@@ -55,6 +55,14 @@ def _text_tensor(x):
     return x
 
 
+def map_batches(dataset, preprocess):
+    """`dataset.map(preprocess)` in parallel, prefetched. The preprocessing is
+    TensorFlow ops already, so autograph is off: it would only re-read (and
+    re-convert) the Python source at every trace."""
+    preprocess = tf.autograph.experimental.do_not_convert(preprocess)
+    return dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
 def _steps(x, batch_size):
     if isinstance(x, tf.data.Dataset):
         return int(x.cardinality())
@@ -157,7 +165,7 @@ class Task(keras.Model):
         if isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec):
             # A dataset of unlabeled pairs yields (texts_a, texts_b).
             preprocess = lambda a, b: self.preprocessor((a, b))  # noqa: E731
-        return dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        return map_batches(dataset, preprocess)
 
     def _preprocess(self, x, *rest):
         return (self.preprocessor(x), *rest)
