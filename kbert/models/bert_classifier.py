@@ -1,6 +1,6 @@
 import keras
 
-from kbert.models.bert_backbone import BertBackbone, bert_initializer
+from kbert.models.bert_backbone import bert_initializer
 from kbert.models.task import Task
 from kbert.presets.huggingface import T
 

@@ -1,6 +1,5 @@
 import math
 
-import keras
 import numpy as np
 
 from kbert.layers import PositionEmbedding

