@@ -50,6 +50,8 @@ def _text_tensor(x):
     if isinstance(x, (str, bytes)):
         raise ValueError("Got a single string where a batch was expected; pass a list of strings: [text].")
     x = tf.constant(x if isinstance(x, (np.ndarray, tf.Tensor)) else list(x))
+    if x.shape.rank and x.shape[0] == 0:
+        raise ValueError("Got no texts: the data set is empty. Pass at least one example.")
     if x.dtype != tf.string:
         raise ValueError(f"Expected text (strings) as input, got {x.dtype.name} values.")
     return x
@@ -153,7 +155,10 @@ class Task(keras.Model):
         if isinstance(x, tf.data.Dataset):
             dataset = x
         else:
-            parts = (_text_tensor(x),) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
+            x = _text_tensor(x)
+            if y is not None:
+                y = self._label_ids(np.asarray(y))
+            parts = (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
             # Kept a tuple even without labels, so that a pair of texts is never
             # mistaken for (texts, labels).
             dataset = tf.data.Dataset.from_tensor_slices(parts)
@@ -169,6 +174,22 @@ class Task(keras.Model):
 
     def _preprocess(self, x, *rest):
         return (self.preprocessor(x), *rest)
+
+    def _label_ids(self, y):
+        """Labels as ids: names are looked up in `class_names` when the task has them."""
+        if y.dtype.kind not in "USO":
+            return y
+        names = getattr(self, "class_names", None)
+        if not names:
+            raise ValueError(
+                f"The labels are strings (e.g. {y.flat[0]!r}); give the model class_names=[...] "
+                "to map them, or pass label ids 0, 1, ..."
+            )
+        index = {name: i for i, name in enumerate(names)}
+        unknown = sorted({str(v) for v in y.flat} - set(index))
+        if unknown:
+            raise ValueError(f"Labels {unknown[:5]} are not among class_names {names}.")
+        return np.vectorize(index.__getitem__, otypes=["int32"])(y.astype(str))
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, validation_data=None,
             shuffle=True, steps_per_epoch=None, **kwargs):
@@ -316,6 +337,11 @@ class Task(keras.Model):
             return None
         if sequence_length is None and files.is_kbert_layout(folder):
             sequence_length = files.load_json(folder, files.KBERT_CONFIG).get("sequence_length")
+        if sequence_length and sequence_length > backbone.max_sequence_length:
+            raise ValueError(
+                f"sequence_length={sequence_length} is longer than this model's maximum, "
+                f"{backbone.max_sequence_length} positions; use sequence_length <= {backbone.max_sequence_length}."
+            )
         return BertPreprocessor.from_preset(
             folder, sequence_length=sequence_length or min(512, backbone.max_sequence_length)
         )

@@ -6,7 +6,7 @@ tokens of A (segment 0) from those of B (segment 1).
 """
 
 import tensorflow as tf
-import tensorflow_text as tf_text
+from kbert.text._tf_text import tf_text
 
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PAD_TO = ("sequence_length", "longest")

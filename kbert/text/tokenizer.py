@@ -19,7 +19,7 @@ import json
 import os
 
 import tensorflow as tf
-import tensorflow_text as tf_text
+from kbert.text._tf_text import tf_text
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)

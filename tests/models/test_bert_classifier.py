@@ -95,3 +95,29 @@ def test_save_to_preset_round_trips_bit_for_bit(fitted, tmp_path):
 def test_single_string_is_refused_with_a_hint(minilm_dir):
     with pytest.raises(ValueError, match=r"pass a list of strings"):
         tiny_classifier(minilm_dir).predict("one text")
+
+
+def test_string_labels_are_mapped_through_class_names(minilm_dir):
+    model = tiny_classifier(minilm_dir, class_names=["negative", "positive"])
+    names = ["positive" if label else "negative" for label in LABELS[:8]]
+    history = model.fit(TEXTS[:8], names, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    with pytest.raises(ValueError, match=r"not among class_names"):
+        model.fit(TEXTS[:2], ["positive", "great"], verbose=0)
+
+
+def test_string_labels_without_class_names_say_how_to_fix(minilm_dir):
+    with pytest.raises(ValueError, match=r"give the model class_names"):
+        tiny_classifier(minilm_dir).fit(TEXTS[:2], ["pos", "neg"], verbose=0)
+
+
+def test_empty_data_is_refused(minilm_dir):
+    with pytest.raises(ValueError, match="data set is empty"):
+        tiny_classifier(minilm_dir).fit([], [], verbose=0)
+
+
+def test_sequence_length_above_the_maximum_is_refused(tmp_path):
+    save_random_checkpoint(tmp_path)  # 40 positions
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]) + "\n")
+    with pytest.raises(ValueError, match=r"sequence_length=64 is longer than this model's maximum, 40"):
+        kbert.BertClassifier.from_preset(str(tmp_path), num_classes=2, sequence_length=64)
