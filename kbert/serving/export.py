@@ -16,7 +16,8 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from kbert.models import BertClassifier, BertTextEmbedder
+from kbert.models import BertClassifier, BertTextEmbedder, BertTokenClassifier
+from kbert.models.bert_token_classifier import pack_words
 
 TEXT = tf.TensorSpec([None], tf.string)
 
@@ -44,7 +45,10 @@ def export(model, path, pairs=False):
 
     The `serving_default` signature takes a batch of strings `text` and
     returns, for a `BertClassifier`, `logits`, `probabilities`, `label_id` and
-    `label`; for a `BertTextEmbedder`, `embedding`.
+    `label`; for a `BertTextEmbedder`, `embedding`; for a
+    `BertTokenClassifier`, the text split on whitespace as `words` with each
+    word's `label_id`, `label` and `score` (read at its first WordPiece;
+    -1 / "" / 0 for words cut off by the sequence length), padded with "".
     """
     if getattr(model, "preprocessor", None) is None:
         raise ValueError(
@@ -78,6 +82,8 @@ def _servable(model, pairs):
         return _ClassifierModule(model, pairs)
     if isinstance(model, BertTextEmbedder):
         return _EmbedderModule(model)
+    if isinstance(model, BertTokenClassifier):
+        return _TokenClassifierModule(model)
     raise TypeError(f"kbert cannot export a {type(model).__name__} yet.")
 
 
@@ -128,6 +134,28 @@ class _EmbedderModule(_ServingModule):
 
     def _embed(self, text):
         return {"embedding": tf.cast(self.model(self._features(text), training=False), tf.float32)}
+
+
+class _TokenClassifierModule(_ServingModule):
+    def __init__(self, model):
+        super().__init__(model)
+        self.class_names = model.class_names or [str(i) for i in range(model.num_classes)]
+        self.serving_default = tf.function(self._tag, input_signature=[TEXT])
+
+    def _tag(self, text):
+        words = tf.strings.split(text)
+        features, first_pieces = pack_words(self.preprocessor, words)
+        probabilities = tf.nn.softmax(tf.cast(self.model(features, training=False), tf.float32), axis=-1)
+        first_pieces = first_pieces.to_tensor(default_value=-1)
+        kept = first_pieces >= 0
+        word_probabilities = tf.gather(probabilities, tf.maximum(first_pieces, 0), batch_dims=1)
+        label_id = tf.where(kept, tf.argmax(word_probabilities, axis=-1, output_type=tf.int32), -1)
+        return {
+            "words": words.to_tensor(default_value=""),
+            "label_id": label_id,
+            "label": tf.where(kept, tf.gather(tf.constant(self.class_names), tf.maximum(label_id, 0)), ""),
+            "score": tf.where(kept, tf.reduce_max(word_probabilities, axis=-1), 0.0),
+        }
 
 
 def _main():

@@ -26,6 +26,7 @@ SERVE = r"""
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the graph uses)
+decode = lambda v: [decode(x) for x in v] if isinstance(v, list) else v.decode("utf-8", "replace")  # noqa: E731
 requests = json.loads(sys.stdin.read())
 answers = {}
 for name, (path, inputs) in requests.items():
@@ -33,7 +34,7 @@ for name, (path, inputs) in requests.items():
     tensors = {k: tf.constant([t.encode("latin-1") for t in v]) for k, v in inputs.items()}
     outputs = signature(**tensors)
     answers[name] = {k: v.numpy().tolist() for k, v in outputs.items() if v.dtype != tf.string}
-    answers[name]["strings"] = {k: [s.decode() for s in v.numpy().tolist()] for k, v in outputs.items() if v.dtype == tf.string}
+    answers[name]["strings"] = {k: decode(v.numpy().tolist()) for k, v in outputs.items() if v.dtype == tf.string}
 answers["kbert_imported"] = "kbert" in sys.modules
 print(json.dumps(answers))
 """
@@ -65,6 +66,7 @@ def exports(minilm_dir, tmp_path_factory):
         "classifier": kbert.BertClassifier(tiny_backbone(), 2, preprocessor, class_names=["negative", "positive"]),
         "pairs": kbert.BertClassifier(tiny_backbone(), 3, preprocessor),
         "embedder": kbert.BertTextEmbedder(tiny_backbone(), preprocessor),
+        "tagger": kbert.BertTokenClassifier(tiny_backbone(), 3, preprocessor, class_names=["O", "B-LOC", "I-LOC"]),
     }
     # Trained with the default compile() first: what users export is a fitted model.
     models["classifier"].fit(TEXTS, [1, 0, 1], epochs=1, verbose=0)
@@ -72,6 +74,7 @@ def exports(minilm_dir, tmp_path_factory):
         "classifier": models["classifier"].export(str(root / "sentiment")),
         "pairs": kbert.serving.export(models["pairs"], str(root / "pairs"), pairs=True),
         "embedder": models["embedder"].export(str(root / "embedder" / "7")),
+        "tagger": models["tagger"].export(str(root / "tagger")),
     }
     return models, paths, root
 
@@ -83,6 +86,7 @@ def test_served_models_answer_like_predict_without_keras_or_kbert(exports):
         "classifier": (paths["classifier"], {"text": TEXTS}),
         "pairs": (paths["pairs"], {"text": TEXTS, "text_pair": pair_b}),
         "embedder": (paths["embedder"], {"text": TEXTS}),
+        "tagger": (paths["tagger"], {"text": TEXTS}),
     })
     # The serving side imports no kbert (TensorFlow itself loads keras).
     assert answers["kbert_imported"] is False
@@ -97,6 +101,12 @@ def test_served_models_answer_like_predict_without_keras_or_kbert(exports):
     np.testing.assert_allclose(
         answers["embedder"]["embedding"], models["embedder"].predict(TEXTS, verbose=0), atol=1e-4
     )
+    tags = models["tagger"].predict_tags([t.split() for t in TEXTS], verbose=0)
+    for row, sentence in enumerate(tags):
+        assert answers["tagger"]["strings"]["words"][row][: len(sentence)] == [w for w, _, _ in sentence]
+        assert answers["tagger"]["strings"]["label"][row][: len(sentence)] == [t for _, t, _ in sentence]
+        np.testing.assert_allclose(answers["tagger"]["score"][row][: len(sentence)], [s for _, _, s in sentence],
+                                   atol=1e-4)
 
 
 def test_hostile_inputs_get_finite_answers_of_the_right_shape(exports):
@@ -105,11 +115,14 @@ def test_hostile_inputs_get_finite_answers_of_the_right_shape(exports):
     answers = serve({
         "classifier": (paths["classifier"], {"text": texts}),
         "embedder": (paths["embedder"], {"text": texts}),
+        "tagger": (paths["tagger"], {"text": texts}),
     })
     assert np.array(answers["classifier"]["probabilities"]).shape == (len(texts), 2)
     assert np.isfinite(answers["classifier"]["logits"]).all()
     assert np.array(answers["embedder"]["embedding"]).shape == (len(texts), 32)
     assert np.isfinite(answers["embedder"]["embedding"]).all()
+    assert len(answers["tagger"]["label_id"]) == len(texts)
+    assert np.isfinite(np.array(answers["tagger"]["score"], dtype=float)).all()
 
 
 def test_exports_use_tf_serving_version_folders(exports):
