@@ -18,21 +18,24 @@ TASK_WEIGHTS = "task.weights.h5"
 @keras.saving.register_keras_serializable(package="kbert")
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     """BERT's learning rate (§A.2, §A.3): linear warm-up from 0 to `peak` over
-    `warmup_steps`, then linear decay to 0 at `total_steps`."""
+    `warmup_steps`, then linear decay to 0 at `total_steps`, counted from the
+    optimizer step `start_step`."""
 
-    def __init__(self, peak, total_steps, warmup_steps):
+    def __init__(self, peak, total_steps, warmup_steps, start_step=0):
         self.peak = peak
         self.total_steps = int(total_steps)
         self.warmup_steps = int(warmup_steps)
+        self.start_step = int(start_step)
 
     def __call__(self, step):
-        step = keras.ops.cast(step, "float32")
+        step = keras.ops.cast(step, "float32") - self.start_step
         warmup = step / self.warmup_steps if self.warmup_steps else 1.0
         decay = (self.total_steps - step) / max(self.total_steps - self.warmup_steps, 1)
         return self.peak * keras.ops.clip(keras.ops.minimum(warmup, decay), 0.0, 1.0)
 
     def get_config(self):
-        return {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps}
+        return {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,
+                "start_step": self.start_step}
 
 
 def bert_adamw(learning_rate, weight_decay=0.01):
@@ -122,14 +125,18 @@ class Task(keras.Model):
         )
 
     def _schedule_learning_rate(self, steps_per_epoch, epochs):
-        """Gives the default optimizer BERT's schedule over this run's steps."""
+        """Gives the default optimizer BERT's schedule over this `fit`'s steps.
+        Every `fit` gets its own warm-up and decay, so a second `fit` does
+        not train at the learning rate of 0 where the first one ended."""
         if not steps_per_epoch or steps_per_epoch < 0:
-            return  # unknown length: keep the constant learning rate
+            return  # unknown length: keep the learning rate as it is
         total = steps_per_epoch * epochs
         self.optimizer.learning_rate = WarmupLinearDecay(
-            self.default_learning_rate, total, int(self.default_warmup * total)
+            self.default_learning_rate, total, int(self.default_warmup * total),
+            start_step=int(self.optimizer.iterations),
         )
-        self._compiled_by_default = False
+        # Compiled train steps hold the previous schedule: trace them anew.
+        self.train_function = None
 
     # === Raw strings in ===
     # Subclasses with other raw inputs (words, question/context pairs,

@@ -71,6 +71,16 @@ def test_default_schedule_warms_up_then_decays_to_zero(fitted):
     assert float(schedule(0)) == 0.0 and float(schedule(schedule.warmup_steps)) == pytest.approx(1e-3)
 
 
+def test_a_second_fit_gets_its_own_schedule(fitted):
+    model = fitted[0]
+    before = [to_numpy(w).copy() for w in model.trainable_weights]
+    model.fit(TEXTS[:8], LABELS[:8], batch_size=4, epochs=1, verbose=0)
+    schedule = model.optimizer._learning_rate
+    assert schedule.start_step == 12 and schedule.total_steps == 2
+    assert float(schedule(12)) == pytest.approx(1e-3)  # not 0, where the first fit ended
+    assert any(np.abs(to_numpy(w) - b).max() > 0 for w, b in zip(model.trainable_weights, before))
+
+
 def test_pairs_of_texts_are_classified(minilm_dir):
     model = tiny_classifier(minilm_dir, num_classes=3)
     a, b = ["the sky is blue", "water is dry"], ["it is blue", "water is wet"]
