@@ -92,10 +92,11 @@ def run_keras_hub(args):
     import keras
     import keras_hub
 
-    if args.model == "minilm":
-        raise SystemExit("skip: KerasHub has no loader for this local checkpoint; compare on --model base")
-    backbone = keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
-                                             intermediate_dim=3072, max_sequence_length=512)
+    # KerasHub has no loader for a local Hugging Face folder; the same shapes
+    # with random weights cost the same.
+    layers, hidden, heads = (6, 384, 12) if args.model == "minilm" else (12, 768, 12)
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=layers, num_heads=heads,
+                                             hidden_dim=hidden, intermediate_dim=4 * hidden, max_sequence_length=512)
     model = keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None)
     model.compile(optimizer=keras.optimizers.AdamW(5e-5), loss="sparse_categorical_crossentropy")
     token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
