@@ -18,26 +18,9 @@ import time
 from example_data import minilm_folder
 
 import kbert
-from kbert.models.bert_token_classifier import entity_f1
+from kbert.models.bert_token_classifier import entity_f1, read_conll
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "wnut16", "train.conll")
-
-
-def read_conll(path):
-    """Sentences as (words, tags), from one `word<TAB>tag` a line, blank lines between."""
-    sentences, words, tags = [], [], []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                word, tag = line.rstrip("\n").split("\t")
-                words.append(word)
-                tags.append(tag)
-            elif words:
-                sentences.append((words, tags))
-                words, tags = [], []
-    if words:
-        sentences.append((words, tags))
-    return sentences
 
 
 def main():

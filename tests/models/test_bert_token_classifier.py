@@ -8,7 +8,14 @@ import torch
 import transformers
 
 import kbert
-from kbert.models.bert_token_classifier import BertTokenClassifier, bio_entities, entity_f1, pack_words, token_labels
+from kbert.models.bert_token_classifier import (
+    BertTokenClassifier,
+    bio_entities,
+    entity_f1,
+    pack_words,
+    read_conll,
+    token_labels,
+)
 from kbert.text import BertPreprocessor
 from tests.helpers import random_inputs, to_numpy
 from tests.presets.test_huggingface_import import save_random_checkpoint
@@ -17,20 +24,9 @@ WNUT = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "data", "
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
 
-def read_conll(path, limit):
-    sentences, words, tags = [], [], []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                word, tag = line.rstrip("\n").split("\t")
-                words.append(word)
-                tags.append(tag)
-            elif words:
-                sentences.append((words, tags))
-                words, tags = [], []
-                if len(sentences) == limit:
-                    break
-    return [s[0] for s in sentences], [s[1] for s in sentences]
+def read_wnut(limit):
+    sentences = read_conll(WNUT, limit)
+    return [words for words, _ in sentences], [tags for _, tags in sentences]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +61,7 @@ def test_logits_match_transformers_token_classification(tmp_path):
 
 
 def test_first_piece_of_each_word_carries_its_tag_like_transformers_word_ids(minilm_dir, preprocessor):
-    sentences, tags = read_conll(WNUT, limit=200)
+    sentences, tags = read_wnut(200)
     tag_ids = [[i % 7 + 1 for i in range(len(t))] for t in tags]  # where each lands is what counts
     features, first_pieces = pack_words(preprocessor, tf.ragged.constant(sentences, tf.string, ragged_rank=1))
     labels, weights = token_labels(first_pieces, tf.ragged.constant(tag_ids), tf.shape(features["token_ids"]))
@@ -111,7 +107,7 @@ def test_entity_f1_counts_only_exact_spans_of_the_right_type():
 
 
 def test_fit_on_word_lists_with_tag_names_lowers_the_loss(preprocessor):
-    sentences, tags = read_conll(WNUT, limit=32)
+    sentences, tags = read_wnut(32)
     tags = [[t if t in TAGS else "O" for t in sentence] for sentence in tags]
     tags = [["B-PER" if w[0].isupper() else t for w, t in zip(s, ts)] for s, ts in zip(sentences, tags)]
     model = tiny_tagger(preprocessor)
@@ -129,7 +125,7 @@ def test_accuracy_counts_tagged_words_only(preprocessor):
 
 
 def test_a_dataset_of_words_and_tag_ids_is_packed_like_lists(preprocessor):
-    sentences, tags = read_conll(WNUT, limit=4)
+    sentences, tags = read_wnut(4)
     tags = [[TAGS.index(t) if t in TAGS else 0 for t in sentence] for sentence in tags]
     model = tiny_tagger(preprocessor)
     dataset = tf.data.Dataset.from_tensor_slices(
