@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from kbert.layers.gelu import check_gelu, gelu
+
 
 @keras.saving.register_keras_serializable(package="kbert")
 class MaskedLMHead(keras.layers.Layer):
@@ -48,10 +50,7 @@ class MaskedLMHead(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if activation not in ("gelu", "gelu_approximate"):
-            raise ValueError(
-                f'MaskedLMHead activation must be "gelu" or "gelu_approximate", got "{activation}".'
-            )
+        check_gelu("MaskedLMHead", activation)
         if token_embedding is None and vocabulary_size is None:
             raise ValueError(
                 "MaskedLMHead needs `token_embedding` (the backbone's token embedding, for tied "
@@ -87,7 +86,7 @@ class MaskedLMHead(keras.layers.Layer):
     def call(self, inputs, mask_positions):
         mask_positions = ops.cast(mask_positions, "int32")
         x = ops.take_along_axis(inputs, mask_positions[:, :, None], axis=1)
-        x = keras.activations.gelu(self.transform(x), approximate=self.activation == "gelu_approximate")
+        x = gelu(self.transform(x), self.activation)
         x = self.layer_norm(x)
         table = self.output_embeddings if self.token_embedding is None else self.token_embedding.embeddings
         embeddings = ops.cast(table, x.dtype)

@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from kbert.layers.gelu import check_gelu, gelu
+
 
 @keras.saving.register_keras_serializable(package="kbert")
 class TransformerEncoder(keras.layers.Layer):
@@ -44,10 +46,7 @@ class TransformerEncoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if activation not in ("gelu", "gelu_approximate"):
-            raise ValueError(
-                f'TransformerEncoder activation must be "gelu" or "gelu_approximate", got "{activation}".'
-            )
+        check_gelu("TransformerEncoder", activation)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
@@ -128,8 +127,7 @@ class TransformerEncoder(keras.layers.Layer):
     def call(self, inputs, padding_mask=None, training=None, return_attention_scores=False):
         attended, scores = self._attention(inputs, padding_mask, training, return_attention_scores)
         x = self.attention_layer_norm(inputs + self.residual_dropout(attended, training=training))
-        approximate = self.activation == "gelu_approximate"
-        h = keras.activations.gelu(self.intermediate(x), approximate=approximate)
+        h = gelu(self.intermediate(x), self.activation)
         h = self.output_dense(h)
         x = self.output_layer_norm(x + self.residual_dropout(h, training=training))
         if return_attention_scores:

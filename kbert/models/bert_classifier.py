@@ -26,12 +26,16 @@ class BertClassifier(Task):
     >>> model.predict(["what a film"])  # logits [1, 2]
     """
 
+    # What the head classifies: the pooled [CLS] vector; the token classifier
+    # classifies every position of the sequence output with the same head.
+    classified_output = "pooled_output"
+
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None, **kwargs):
         if class_names is not None and len(class_names) != num_classes:
             raise ValueError(f"Got {len(class_names)} class_names for num_classes={num_classes}.")
         inputs = backbone.input
-        pooled_output = backbone(inputs)["pooled_output"]
-        x = keras.layers.Dropout(dropout, name="classifier_dropout")(pooled_output)
+        features = backbone(inputs)[self.classified_output]
+        x = keras.layers.Dropout(dropout, name="classifier_dropout")(features)
         logits = keras.layers.Dense(
             num_classes, kernel_initializer=bert_initializer(), dtype="float32", name="logits"
         )(x)
@@ -50,7 +54,7 @@ class BertClassifier(Task):
     def default_metrics(self):
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
-    # Hugging Face's BertForSequenceClassification.
+    # Hugging Face's BertForSequenceClassification (and BertForTokenClassification).
     def hf_head_table(self):
         dense = self.get_layer("logits")
         return [(dense.kernel, "classifier.weight", T), (dense.bias, "classifier.bias", None)]

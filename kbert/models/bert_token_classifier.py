@@ -4,11 +4,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.models.bert_backbone import bert_initializer
 from kbert.models.bert_classifier import BertClassifier
 from kbert.models.bert_question_answerer import word_spans
-from kbert.models.task import Task, map_batches
-from kbert.presets.huggingface import T
+from kbert.models.task import map_batches
 
 
 def read_conll(path, limit=None):
@@ -140,7 +138,7 @@ def entity_f1(true_tags, predicted_tags):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertTokenClassifier(Task):
+class BertTokenClassifier(BertClassifier):
     """Token classification such as named entity recognition (BERT §4.3):
     each token's `sequence_output`, dropout, and one dense layer giving
     `num_classes` logits, `[batch, length, num_classes]`.
@@ -173,41 +171,18 @@ class BertTokenClassifier(Task):
     [[{'words': (0, 2), 'chars': (0, 11), 'text': 'Jane Austen', 'label': 'PER', 'score': 0.98}, ...]]
     """
 
-    def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None, **kwargs):
-        if class_names is not None and len(class_names) != num_classes:
-            raise ValueError(f"Got {len(class_names)} class_names for num_classes={num_classes}.")
-        inputs = backbone.input
-        sequence_output = backbone(inputs)["sequence_output"]
-        x = keras.layers.Dropout(dropout, name="classifier_dropout")(sequence_output)
-        logits = keras.layers.Dense(
-            num_classes, kernel_initializer=bert_initializer(), dtype="float32", name="logits"
-        )(x)
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-        self._finish_init(backbone, preprocessor)
-        self.num_classes = num_classes
-        self.dropout = dropout
-        self.class_names = list(class_names) if class_names is not None else None
-
-    def task_config(self):
-        return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}
+    classified_output = "sequence_output"
 
     def default_loss(self):
         # The mean over tagged words: tokens of weight 0 do not count.
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
 
+    def default_metrics(self):
+        return None  # accuracy is a weighted metric here
+
     def default_weighted_metrics(self):
         # Accuracy over tagged words (weight 1), not other pieces or padding.
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-
-    # Hugging Face's BertForTokenClassification: the same names as
-    # BertForSequenceClassification's head.
-    def hf_head_table(self):
-        dense = self.get_layer("logits")
-        return [(dense.kernel, "classifier.weight", T), (dense.bias, "classifier.bias", None)]
-
-    @classmethod
-    def hf_head_config(cls, hf_config, tensors):
-        return BertClassifier.hf_head_config(hf_config, tensors)
 
     # === Words in ===
 

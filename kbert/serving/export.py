@@ -78,12 +78,12 @@ def _export_through_tensorflow(model, path, pairs):
 
 
 def _servable(model, pairs):
+    if isinstance(model, BertTokenClassifier):  # before its base class, BertClassifier
+        return _TokenClassifierModule(model)
     if isinstance(model, BertClassifier):
         return _ClassifierModule(model, pairs)
     if isinstance(model, BertTextEmbedder):
         return _EmbedderModule(model)
-    if isinstance(model, BertTokenClassifier):
-        return _TokenClassifierModule(model)
     raise TypeError(f"kbert cannot export a {type(model).__name__} yet.")
 
 
