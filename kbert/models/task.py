@@ -250,16 +250,17 @@ class Task(keras.Model):
             batch_size = None
         return super().predict(x, batch_size=batch_size, **kwargs)
 
-    def export(self, filepath, format="tf_saved_model", pairs=False, **kwargs):
+    def export(self, filepath, format="tf_saved_model", pairs=False, top_k=5, **kwargs):
         """Exports a SavedModel for TF Serving that takes raw strings (the
-        preprocessing is in the graph); see `kbert.serving.export`. Without a
-        preprocessor, Keras' own export of the id-taking model."""
+        preprocessing is in the graph); see `kbert.serving.export` for
+        `pairs` and `top_k`. Without a preprocessor, Keras' own export of the
+        id-taking model."""
         if self.preprocessor is None or format != "tf_saved_model":
             return super().export(filepath, format=format, **kwargs)
         # serving builds on models, not the reverse: import at call time.
         from kbert.serving import export
 
-        return export(self, filepath, pairs=pairs)
+        return export(self, filepath, pairs=pairs, top_k=top_k)
 
     # === Presets ===
 

@@ -198,8 +198,9 @@ class SegmentPacker(tf.Module):
         room = self.sequence_length - 1 - len(segments)
         segments = truncate_segments(segments, room, self.truncation)
         token_ids, segment_ids = tf_text.combine_segments(segments, self.cls_id, self.sep_id)
-        length = self._padded_length(token_ids)
-        shape = [None, length]
+        shape = [None, self._padded_length(token_ids)]
+        if tf.is_tensor(shape[1]):  # in a graph a shape with a tensor must be one
+            shape = tf.stack([token_ids.nrows(), shape[1]])
         outputs = {
             "token_ids": token_ids.to_tensor(self.pad_id, shape=shape),
             "segment_ids": tf.cast(segment_ids, tf.int32).to_tensor(0, shape=shape),

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 
@@ -21,6 +22,16 @@ HOSTILE = [
 ]
 INVALID_UTF8 = b"caf\xc3 \xff\xfe broken \xe2\x82 bytes"
 TEXTS = ["a wonderful, moving film", "dull and far too long", "Ein Film — café, 東京 🙂"]
+QUESTIONS = ["When did Austen write it?", "Where is the café?", "Who?"]
+CONTEXTS = [
+    "Jane Austen (16 December 1775 – 18 July 1817) was an English novelist. Pride and Prejudice, "
+    "written in 1796-97 as First Impressions, was published in 1813; its heroine, Elizabeth Bennet, "
+    "is among the best-loved characters of English fiction.",
+    "The Café Müller stands in Zoë's street, next to 東京タワー, unbelievably close to the İstanbul "
+    "bakery (cafe\u0301s and croissants).",
+    "Nobody.",
+]
+MASKED = ["the film was [MASK] good.", "[MASK] and [MASK] again", "no mask here"]
 
 SERVE = r"""
 import json, sys
@@ -67,6 +78,11 @@ def exports(minilm_dir, tmp_path_factory):
         "pairs": kbert.BertClassifier(tiny_backbone(), 3, preprocessor),
         "embedder": kbert.BertTextEmbedder(tiny_backbone(), preprocessor),
         "tagger": kbert.BertTokenClassifier(tiny_backbone(), 3, preprocessor, class_names=["O", "B-LOC", "I-LOC"]),
+        # Windows of 32 tokens, 8 apart: the long contexts take several.
+        "qa": kbert.BertQuestionAnswerer(tiny_backbone(), preprocessor, stride=8, max_question_length=12,
+                                         max_answer_length=6),
+        "masked_lm": kbert.BertMaskedLM(tiny_backbone(), preprocessor),
+        "pretrainer": kbert.BertPretrainer(tiny_backbone(), preprocessor),
     }
     # Trained with the default compile() first: what users export is a fitted model.
     models["classifier"].fit(TEXTS, [1, 0, 1], epochs=1, verbose=0)
@@ -75,6 +91,9 @@ def exports(minilm_dir, tmp_path_factory):
         "pairs": kbert.serving.export(models["pairs"], str(root / "pairs"), pairs=True),
         "embedder": models["embedder"].export(str(root / "embedder" / "7")),
         "tagger": models["tagger"].export(str(root / "tagger")),
+        "qa": models["qa"].export(str(root / "qa")),
+        "masked_lm": models["masked_lm"].export(str(root / "masked_lm"), top_k=3),
+        "pretrainer": kbert.serving.export(models["pretrainer"], str(root / "pretrainer"), pairs=True),
     }
     return models, paths, root
 
@@ -109,6 +128,42 @@ def test_served_models_answer_like_predict_without_keras_or_kbert(exports):
                                    atol=1e-4)
 
 
+def test_served_question_answerer_reads_windows_like_predict(exports):
+    models, paths, _ = exports
+    served = serve({"qa": (paths["qa"], {"question": QUESTIONS, "context": CONTEXTS})})["qa"]
+    assert len(models["qa"].encode(QUESTIONS, CONTEXTS)["example_index"]) > 6  # several windows per context
+    predicted = models["qa"].predict((QUESTIONS, CONTEXTS), verbose=0)
+    assert served["strings"]["answer"] == [p["text"] for p in predicted]
+    assert list(zip(served["start"], served["end"])) == [p["chars"] for p in predicted]
+    np.testing.assert_allclose(served["score"], [p["score"] for p in predicted], atol=1e-4)
+    for context, start, end, text in zip(CONTEXTS, served["start"], served["end"], served["strings"]["answer"]):
+        assert context[start:end] == text != ""
+
+
+def test_served_masked_lm_fills_every_mask_like_fill_mask(exports):
+    models, paths, _ = exports
+    answers = serve({
+        "masked_lm": (paths["masked_lm"], {"text": MASKED}),
+        "pretrainer": (paths["pretrainer"], {"text": MASKED[:2], "text_pair": ["it was.", "and so on"]}),
+    })
+    served = answers["masked_lm"]
+    assert np.array(served["probabilities"]).shape == (3, 2, 3)  # 3 texts, at most 2 masks, top 3
+    expected = [models["masked_lm"].fill_mask(text, top_k=3) for text in MASKED[:2]]
+    expected = [expected[0], *expected[1]]  # one [MASK], then two
+    got = [served["strings"]["tokens"][0][0], *served["strings"]["tokens"][1]]
+    assert got == [[token for token, _ in guesses] for guesses in expected]
+    got_probabilities = [served["probabilities"][0][0], *served["probabilities"][1]]
+    np.testing.assert_allclose(got_probabilities, [[p for _, p in guesses] for guesses in expected], atol=1e-5)
+    # Past a row's masks: "" / -1 / 0.
+    assert served["strings"]["tokens"][0][1] == served["strings"]["tokens"][2][0] == ["", "", ""]
+    assert served["token_ids"][2] == [[-1, -1, -1]] * 2
+    features = models["pretrainer"].preprocessor((MASKED[:2], ["it was.", "and so on"]))
+    features["mask_positions"] = np.zeros((2, 1), "int32")
+    nsp = keras.ops.convert_to_numpy(models["pretrainer"].predict(features, verbose=0)["nsp_logits"])
+    is_next = np.exp(nsp[:, 0]) / np.exp(nsp).sum(-1)
+    np.testing.assert_allclose(answers["pretrainer"]["next_sentence_probability"], is_next, atol=1e-5)
+
+
 def test_hostile_inputs_get_finite_answers_of_the_right_shape(exports):
     _, paths, _ = exports
     texts = HOSTILE + [INVALID_UTF8]
@@ -116,6 +171,8 @@ def test_hostile_inputs_get_finite_answers_of_the_right_shape(exports):
         "classifier": (paths["classifier"], {"text": texts}),
         "embedder": (paths["embedder"], {"text": texts}),
         "tagger": (paths["tagger"], {"text": texts}),
+        "qa": (paths["qa"], {"question": texts, "context": texts[::-1]}),
+        "masked_lm": (paths["masked_lm"], {"text": texts}),
     })
     assert np.array(answers["classifier"]["probabilities"]).shape == (len(texts), 2)
     assert np.isfinite(answers["classifier"]["logits"]).all()
@@ -123,6 +180,9 @@ def test_hostile_inputs_get_finite_answers_of_the_right_shape(exports):
     assert np.isfinite(answers["embedder"]["embedding"]).all()
     assert len(answers["tagger"]["label_id"]) == len(texts)
     assert np.isfinite(np.array(answers["tagger"]["score"], dtype=float)).all()
+    assert len(answers["qa"]["strings"]["answer"]) == len(answers["qa"]["start"]) == len(texts)
+    assert np.isfinite(answers["qa"]["score"]).all()
+    assert np.array(answers["masked_lm"]["probabilities"]).shape == (len(texts), 1, 3)
 
 
 def test_exports_use_tf_serving_version_folders(exports):

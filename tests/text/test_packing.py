@@ -177,3 +177,11 @@ def test_preprocessor_truncates_one_segment_like_hugging_face(minilm_dir, hf_tok
     preprocessor = BertPreprocessor.from_preset(minilm_dir, sequence_length=64, truncation=truncation)
     theirs = hf_tokenizer(*pair, truncation=truncation, max_length=64, padding="max_length", return_tensors="np")
     assert_same_as_hf(preprocessor(pair), theirs)
+
+
+def test_pad_to_longest_works_inside_tf_data():
+    packer = SegmentPacker(CLS, SEP, PAD, sequence_length=64, pad_to="longest", pad_to_multiple_of=8)
+    rows = tf.data.Dataset.from_tensor_slices(ragged([[1, 2, 3], [4], [5] * 9])).ragged_batch(3)
+    batch = next(iter(rows.map(packer)))
+    assert batch["token_ids"].shape == (3, 16)
+    assert batch["padding_mask"].numpy().sum(1).tolist() == [5, 3, 11]
