@@ -29,7 +29,11 @@ class BertBackbone(keras.Model):
         num_segments: number of segment (token type) ids.
         activation: `"gelu"` (exact erf GELU, BERT's) or `"gelu_approximate"`.
         layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
-        dtype: dtype or dtype policy of the layers, e.g. `"mixed_bfloat16"`.
+        dtype: dtype or dtype policy of the layers, e.g. `"mixed_bfloat16"`;
+            `"auto"`: `"mixed_bfloat16"` where the machine multiplies in
+            bfloat16 fast (AMX or AVX512-BF16 CPUs, Ampere+ GPUs, TPUs), else
+            float32. The default, `None`, is Keras' global policy (float32
+            unless set), which matches reference checkpoints to ~1e-6.
 
     Inputs: a dict of int tensors `[batch, length]` (any length up to
     `max_sequence_length`): `token_ids`, `segment_ids`, `padding_mask`
@@ -66,6 +70,10 @@ class BertBackbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
+        # Imported here: kbert.training imports the task models.
+        from kbert.training.precision import resolve_dtype
+
+        dtype = resolve_dtype(dtype)
         token_embedding = keras.layers.Embedding(
             vocabulary_size, hidden_dim, embeddings_initializer=bert_initializer(),
             dtype=dtype, name="token_embedding",

@@ -239,6 +239,11 @@ class BertQuestionAnswerer(Task):
     [{'text': '1813', 'chars': (41, 45), 'score': 9.1}]
     """
 
+    # Its own input pipeline (strided windows): no sorting by length, and
+    # sequences padded to sequence_length.
+    length_groups = 0
+    input_padding = "sequence_length"
+
     def __init__(self, backbone, preprocessor=None, stride=128, max_question_length=64, max_answer_length=30,
                  num_candidates=20, **kwargs):
         if stride < 1:

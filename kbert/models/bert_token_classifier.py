@@ -171,6 +171,11 @@ class BertTokenClassifier(BertClassifier):
     [[{'words': (0, 2), 'chars': (0, 11), 'text': 'Jane Austen', 'label': 'PER', 'score': 0.98}, ...]]
     """
 
+    # Its own input pipeline (tagged words): no sorting by length, and
+    # sequences padded to sequence_length.
+    length_groups = 0
+    input_padding = "sequence_length"
+
     classified_output = "sequence_output"
 
     def default_loss(self):

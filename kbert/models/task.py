@@ -68,6 +68,15 @@ def map_batches(dataset, preprocess):
     return dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
+def _take(x, order):
+    """Rows `order` of raw input: texts, pairs of texts, labels or weights."""
+    if x is None:
+        return None
+    if isinstance(x, tuple):
+        return tuple(_take(v, order) for v in x)
+    return np.asarray(x)[order]
+
+
 def _steps(x, batch_size):
     if isinstance(x, tf.data.Dataset):
         return int(x.cardinality())
@@ -85,6 +94,17 @@ class Task(keras.Model):
     # BERT §A.3: fine-tuning learning rates are among 5e-5, 3e-5 and 2e-5.
     default_learning_rate = 5e-5
     default_warmup = 0.1
+    # Raw text is padded batch by batch to one of a few lengths (16, 32, 64,
+    # ..., sequence_length; see SegmentPacker's pad_to="bucket"), not always
+    # to sequence_length: real sentences are short, and padding is masked,
+    # so the outputs are the same. Set to "sequence_length" for fixed shapes.
+    input_padding = "bucket"
+    # `fit` on raw text shuffles, sorts each run of `length_groups` batches
+    # by length, then shuffles the batches, so that batches hold similar
+    # lengths and little padding (Hugging Face's group_by_length);
+    # `evaluate` and `predict` run the texts sorted by length (`predict`
+    # gives its outputs back in the input's order). 0: off.
+    length_groups = 50
 
     def _finish_init(self, backbone, preprocessor):
         self.backbone = backbone
@@ -170,17 +190,56 @@ class Task(keras.Model):
             # mistaken for (texts, labels).
             dataset = tf.data.Dataset.from_tensor_slices(parts)
             if shuffle:
-                dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
-            dataset = dataset.batch(batch_size or 32)
+                dataset = self._shuffled_batches(dataset, x, batch_size or 32)
+            else:
+                dataset = dataset.batch(batch_size or 32)
         preprocess = self._preprocess
         spec = dataset.element_spec
         if isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec):
             # A dataset of unlabeled pairs yields (texts_a, texts_b).
-            preprocess = lambda a, b: self.preprocessor((a, b))  # noqa: E731
+            preprocess = lambda a, b: self._batch_preprocessor()((a, b))  # noqa: E731
         return map_batches(dataset, preprocess)
 
+    def _shuffled_batches(self, dataset, texts, batch_size):
+        """Shuffled batches for `fit`, grouped by length (see `length_groups`)."""
+        size = int(dataset.cardinality())
+        if not self.length_groups or self.input_padding == "sequence_length":
+            return dataset.shuffle(size, reshuffle_each_iteration=True).batch(batch_size)
+        dataset = tf.data.Dataset.zip(dataset, tf.data.Dataset.from_tensor_slices(self._text_lengths(texts)))
+        dataset = dataset.shuffle(size, reshuffle_each_iteration=True).batch(batch_size * self.length_groups)
+
+        def sorted_batches(parts, lengths):
+            order = tf.argsort(lengths, stable=True)
+            parts = tf.nest.map_structure(lambda t: tf.gather(t, order), parts)
+            return tf.data.Dataset.from_tensor_slices(parts).batch(batch_size)
+
+        dataset = dataset.flat_map(sorted_batches).shuffle(self.length_groups, reshuffle_each_iteration=True)
+        return dataset.apply(tf.data.experimental.assert_cardinality(-(-size // batch_size)))
+
+    def _text_lengths(self, texts):
+        """Tokens in each text (or pair) of raw input."""
+        texts = _text_tensor(texts)
+        tokenizer = self.preprocessor.tokenizer
+        return sum(tokenizer(t).row_lengths().numpy() for t in (texts if isinstance(texts, tuple) else (texts,)))
+
+    def _length_order(self, x):
+        """The order that sorts raw text input by length, or None where the
+        input is a dataset or grouping is off."""
+        if not self.length_groups or self.input_padding == "sequence_length" or isinstance(x, tf.data.Dataset):
+            return None
+        return np.argsort(self._text_lengths(x), kind="stable")
+
+    def _batch_preprocessor(self):
+        """The preprocessor that fit/evaluate/predict use on raw text: padding
+        as `input_padding` says."""
+        cached = self.__dict__.get("_padded_preprocessor")
+        if cached is None or cached[:2] != (self.preprocessor, self.input_padding):
+            cached = (self.preprocessor, self.input_padding, self.preprocessor.with_padding(self.input_padding))
+            object.__setattr__(self, "_padded_preprocessor", cached)  # not tracked: no state of its own
+        return cached[2]
+
     def _preprocess(self, x, *rest):
-        return (self.preprocessor(x), *rest)
+        return (self._batch_preprocessor()(x), *rest)
 
     def _label_ids(self, y):
         """Labels as ids: names are looked up in `class_names` when the task has them."""
@@ -240,15 +299,24 @@ class Task(keras.Model):
         if not self.compiled:
             self.compile()
         if self._is_raw(x):
+            order = self._length_order(x)
+            if order is not None:
+                x, y, sample_weight = (_take(v, order) for v in (x, y, sample_weight))
             x = self._dataset(x, y, sample_weight, batch_size)
             y = sample_weight = batch_size = None
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
-        if self._is_raw(x):
-            x = self._dataset(x, batch_size=batch_size)
-            batch_size = None
-        return super().predict(x, batch_size=batch_size, **kwargs)
+        if not self._is_raw(x):
+            return super().predict(x, batch_size=batch_size, **kwargs)
+        order = self._length_order(x)
+        if order is not None:
+            x = _take(x, order)
+        outputs = super().predict(self._dataset(x, batch_size=batch_size), **kwargs)
+        if order is None:
+            return outputs
+        unsort = np.argsort(order)
+        return keras.tree.map_structure(lambda v: v[unsort], outputs)
 
     def export(self, filepath, format="tf_saved_model", pairs=False, top_k=5, **kwargs):
         """Exports a SavedModel for TF Serving that takes raw strings (the

@@ -9,7 +9,24 @@ import tensorflow as tf
 from kbert.text._tf_text import tf_text
 
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
-PAD_TO = ("sequence_length", "longest")
+PAD_TO = ("sequence_length", "longest", "bucket")
+# The shortest bucket length of pad_to="bucket"; the others double from it.
+MIN_BUCKET = 16
+
+
+def bucket_lengths(sequence_length):
+    """The lengths `pad_to="bucket"` pads to: 16, 32, 64, ... below
+    `sequence_length`, then `sequence_length` itself.
+
+    Example:
+    >>> bucket_lengths(128)
+    [16, 32, 64, 128]
+    """
+    lengths, length = [], MIN_BUCKET
+    while length < sequence_length:
+        lengths.append(length)
+        length *= 2
+    return lengths + [int(sequence_length)]
 
 
 def _as_ragged_batch(ids):
@@ -116,7 +133,10 @@ class SegmentPacker(tf.Module):
         truncation: how a too long input loses tokens: `"longest_first"`
             (as Hugging Face's, the default), `"only_first"` or `"only_second"`.
         pad_to: `"sequence_length"` pads every batch to `sequence_length`;
-            `"longest"` pads only to the longest sequence of the batch.
+            `"longest"` pads only to the longest sequence of the batch;
+            `"bucket"` to the shortest of a few lengths (16, 32, 64, ...,
+            `sequence_length`) that holds the batch's longest, so that
+            short batches waste little and compiled steps see few shapes.
         pad_to_multiple_of: if set, the padded length is rounded up to a
             multiple of it (8 suits tensor cores); `sequence_length` must then be
             a multiple of it too.
@@ -147,7 +167,7 @@ class SegmentPacker(tf.Module):
         if truncation not in TRUNCATIONS:
             raise ValueError(f'Unknown truncation "{truncation}". Use one of: {", ".join(TRUNCATIONS)}.')
         if pad_to not in PAD_TO:
-            raise ValueError(f'Unknown pad_to "{pad_to}". Use "sequence_length" or "longest".')
+            raise ValueError(f'Unknown pad_to "{pad_to}". Use "sequence_length", "longest" or "bucket".')
         if int(sequence_length) < 3:
             raise ValueError(
                 f"sequence_length={sequence_length} is too short: [CLS] and [SEP] take 2 "
@@ -214,6 +234,9 @@ class SegmentPacker(tf.Module):
         if self.pad_to == "sequence_length":
             return self.sequence_length
         length = tf.reduce_max(tf.concat([token_ids.row_lengths(), [0]], 0))
+        if self.pad_to == "bucket":
+            buckets = tf.constant(bucket_lengths(self.sequence_length), tf.int64)
+            return tf.reduce_min(tf.boolean_mask(buckets, buckets >= length))
         multiple = self.pad_to_multiple_of
         if multiple:
             length = (length + multiple - 1) // multiple * multiple

@@ -23,8 +23,9 @@ class BertPreprocessor(tf.Module):
             `[SEP]` included.
         truncation: `"longest_first"` (default), `"only_first"` or `"only_second"`,
             as in Hugging Face.
-        pad_to: `"sequence_length"` (fixed shape) or `"longest"` (the longest
-            sequence of the batch).
+        pad_to: `"sequence_length"` (fixed shape), `"longest"` (the longest
+            sequence of the batch) or `"bucket"` (the shortest of 16, 32, 64,
+            ..., `sequence_length` that holds the batch's longest).
         pad_to_multiple_of: round the padded length up to a multiple of this.
 
     Call it on a str, a list of str, a 1-D string tensor, or a tuple
@@ -72,6 +73,19 @@ class BertPreprocessor(tf.Module):
             **kwargs: the other arguments of `BertPreprocessor`.
         """
         return cls(BertTokenizer.from_preset(preset), sequence_length=sequence_length, **kwargs)
+
+    def with_padding(self, pad_to):
+        """This preprocessor (the same tokenizer) padding as `pad_to` says."""
+        if pad_to == self.packer.pad_to:
+            return self
+        config = self.packer.get_config()
+        return BertPreprocessor(
+            self.tokenizer,
+            sequence_length=config["sequence_length"],
+            truncation=config["truncation"],
+            pad_to=pad_to,
+            pad_to_multiple_of=config["pad_to_multiple_of"] if pad_to == "longest" else None,
+        )
 
     @property
     def sequence_length(self):

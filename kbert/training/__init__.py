@@ -6,9 +6,13 @@ Mixed precision needs no code here: build the model with a dtype policy,
 Weights stay float32 and matmuls run in bfloat16; LayerNorm computes in
 float32, attention's softmax is taken on float32 logits, and the heads'
 logits, hence the losses, are float32. With `"mixed_float16"` also scale the
-loss: `fine_tuning_optimizer(..., loss_scale=True)`.
+loss: `fine_tuning_optimizer(..., loss_scale=True)`. `dtype="auto"` picks
+`"mixed_bfloat16"` where the hardware multiplies bfloat16 fast (CPUs with AMX
+or AVX512-BF16, Ampere+ GPUs, TPUs) and float32 elsewhere
+(`kbert.training.precision.fast_bfloat16()`).
 """
 
+from kbert.training import precision
 from kbert.training.distribution import data_parallel, strategy
 from kbert.training.optimizers import (
     WarmupLinearDecay,
