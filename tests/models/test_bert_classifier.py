@@ -67,6 +67,40 @@ def test_fit_evaluate_predict_take_raw_strings_without_compile(fitted):
     assert model.predict(["a fine film", "a bad film"], verbose=0).shape == (2, 2)
 
 
+MIXED_LENGTHS = [" ".join(["word"] * n) for n in (1, 25, 3, 12, 2, 28, 7, 5, 20, 1, 9, 14)]
+
+
+def test_fit_batches_hold_similar_lengths_padded_to_a_bucket(minilm_dir):
+    model = tiny_classifier(minilm_dir)
+    model.length_groups = 2
+    batches = list(model._dataset(MIXED_LENGTHS, [0, 1] * 6, batch_size=3, shuffle=True))
+    assert len(batches) == 4 and sum(len(labels) for _, labels in batches) == 12
+    for features, _ in batches:
+        lengths = features["padding_mask"].numpy().sum(1)
+        width = features["token_ids"].shape[1]
+        # The smallest of 16, 32 (= sequence_length) that holds the longest.
+        assert width == (16 if lengths.max() <= 16 else 32)
+    # Sorted within each group of 2 batches: the 6 shortest texts never
+    # share a batch with the 6 longest of their group more than once.
+    spreads = [np.ptp(f["padding_mask"].numpy().sum(1)) for f, _ in batches]
+    assert np.mean(spreads) < 12
+
+
+def test_predict_and_evaluate_sorted_by_length_give_the_input_order(minilm_dir):
+    model = tiny_classifier(minilm_dir)
+    model.compile()
+    labels = np.array([0, 1] * 6)
+    bucketed = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0)
+    bucketed_loss = model.evaluate(MIXED_LENGTHS, labels, batch_size=4, verbose=0)
+    model.input_padding = "sequence_length"
+    fixed = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0)
+    fixed_loss = model.evaluate(MIXED_LENGTHS, labels, batch_size=4, verbose=0)
+    direct = to_numpy(model(model.preprocessor(MIXED_LENGTHS)))
+    np.testing.assert_allclose(bucketed, direct, atol=1e-5)
+    np.testing.assert_allclose(fixed, direct, atol=1e-5)
+    np.testing.assert_allclose(bucketed_loss, fixed_loss, atol=1e-5)
+
+
 def test_default_schedule_warms_up_then_decays_to_zero(fitted):
     schedule = fitted[0].optimizer._learning_rate
     assert isinstance(schedule, kbert.models.task.WarmupLinearDecay)

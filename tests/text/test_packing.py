@@ -179,6 +179,19 @@ def test_preprocessor_truncates_one_segment_like_hugging_face(minilm_dir, hf_tok
     assert_same_as_hf(preprocessor(pair), theirs)
 
 
+def test_pad_to_bucket_pads_to_the_shortest_bucket_holding_the_longest():
+    from kbert.text.packing import bucket_lengths
+
+    assert bucket_lengths(128) == [16, 32, 64, 128]
+    assert bucket_lengths(100) == [16, 32, 64, 100]
+    assert bucket_lengths(8) == [8]
+    packer = SegmentPacker(CLS, SEP, PAD, sequence_length=100, pad_to="bucket")
+    assert packer(ragged([[1] * 14]))["token_ids"].shape == (1, 16)
+    assert packer(ragged([[1] * 15, [2]]))["token_ids"].shape == (2, 32)
+    assert packer(ragged([[1] * 70]))["token_ids"].shape == (1, 100)
+    assert packer(ragged([[1] * 500]))["token_ids"].shape == (1, 100)  # truncated first
+
+
 def test_pad_to_longest_works_inside_tf_data():
     packer = SegmentPacker(CLS, SEP, PAD, sequence_length=64, pad_to="longest", pad_to_multiple_of=8)
     rows = tf.data.Dataset.from_tensor_slices(ragged([[1, 2, 3], [4], [5] * 9])).ragged_batch(3)
