@@ -82,7 +82,7 @@ def run_kbert(train, test, args, dtype="auto"):
                                              dtype=dtype)
     result = _timed(lambda: model.fit(*train, batch_size=args.batch_size, epochs=args.epochs, verbose=2),
                     lambda: model.predict(test[0], batch_size=128, verbose=0), test[1])
-    return {**result, "name": f"kbert ({keras.backend.backend()}, {model.backbone.dtype_policy.name})"}
+    return {**result, "name": f"kbert ({keras.backend.backend()}, {model.backbone.token_embedding.dtype_policy.name})"}
 
 
 def run_kbert_float32(train, test, args):

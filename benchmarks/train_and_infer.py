@@ -10,7 +10,11 @@ alike; the table shows medians and ratios (kbert / peer).
     KERAS_BACKEND=jax python benchmarks/train_and_infer.py      # kbert and KerasHub on JAX
 
 MiniLM-L6 is the real all-MiniLM-L6-v2 checkpoint; "base" is BERT-Base with
-random weights (same cost as the real one, no download).
+random weights (same cost as the real one, no download). kbert runs with
+`dtype="auto"` (bfloat16 matrix multiplications where the CPU has AMX or
+AVX512-BF16) and, as "kbert-float32", in float32; the peers run at their
+defaults (float32). The batch is fixed at 32 x 128 tokens, so length bucketing
+plays no part here (see mr_finetune.py for real text).
 """
 
 import argparse
@@ -40,16 +44,16 @@ def batch(batch_size, length, seed=0):
     return token_ids, np.zeros_like(token_ids), np.ones_like(token_ids), rng.integers(0, 2, batch_size)
 
 
-def run_kbert(args):
+def run_kbert(args, dtype="auto"):
     import keras
 
     import kbert
 
     if args.model == "minilm":
-        backbone = kbert.BertBackbone.from_preset(minilm_folder())
+        backbone = kbert.BertBackbone.from_preset(minilm_folder(), dtype=dtype)
     else:
         backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
-                                      intermediate_dim=3072)
+                                      intermediate_dim=3072, dtype=dtype)
     model = kbert.BertClassifier(backbone, num_classes=2)
     model.compile()
     token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
@@ -58,7 +62,11 @@ def run_kbert(args):
         step = lambda: model.train_on_batch(x, labels)  # noqa: E731
     else:
         step = lambda: model.predict_on_batch(x)  # noqa: E731
-    return f"kbert ({keras.backend.backend()})", step
+    return f"kbert ({keras.backend.backend()}, {backbone.token_embedding.dtype_policy.name})", step
+
+
+def run_kbert_float32(args):
+    return run_kbert(args, dtype="float32")
 
 
 def run_transformers(args):
@@ -105,7 +113,8 @@ def run_keras_hub(args):
     return f"KerasHub ({keras.backend.backend()})", step
 
 
-RUNNERS = {"kbert": run_kbert, "transformers": run_transformers, "keras_hub": run_keras_hub}
+RUNNERS = {"kbert": run_kbert, "kbert-float32": run_kbert_float32, "transformers": run_transformers,
+           "keras_hub": run_keras_hub}
 
 
 def measure(args):
@@ -134,7 +143,7 @@ def main():
     if args.library:
         return measure(args)
 
-    libraries = ["kbert", "transformers"]
+    libraries = ["kbert", "kbert-float32", "transformers"]
     try:
         import keras_hub  # noqa: F401
 
@@ -159,7 +168,7 @@ def main():
                 results.setdefault(result["name"], []).append(result)
         if not results:
             continue
-        kbert_name = next((n for n in results if n.startswith("kbert")), None)
+        kbert_name = next((n for n in results if n.startswith("kbert") and "float32" not in n), None)
         kbert_speed = statistics.median(r["sequences_per_s"] for r in results[kbert_name]) if kbert_name else None
         print(f"\n{work}: sequences/s (median), peak GiB, kbert / peer")
         for name, runs in results.items():

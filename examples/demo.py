@@ -35,6 +35,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="for a reproducible shuffle and head initialisation")
+    parser.add_argument("--dtype", default="auto",
+                        help="auto: bfloat16 matrix multiplications on CPUs/GPUs that run them fast; or float32")
     parser.add_argument("--export", default=os.path.join(os.path.dirname(HERE), "saved_models", "mr_sentiment"))
     args = parser.parse_args()
     keras.utils.set_random_seed(args.seed)
@@ -46,9 +48,10 @@ def main():
 
     model = kbert.BertClassifier.from_preset(
         args.preset or minilm_folder(), num_classes=2, sequence_length=args.sequence_length,
-        class_names=["negative", "positive"],
+        class_names=["negative", "positive"], dtype=args.dtype,
     )
-    print(f"Fine-tuning on {len(train_texts)} MR reviews for {args.epochs} epoch(s) ...")
+    precision = model.backbone.token_embedding.dtype_policy.name
+    print(f"Fine-tuning on {len(train_texts)} MR reviews for {args.epochs} epoch(s) ({precision}) ...")
     start = time.time()
     model.fit(train_texts, train_labels, batch_size=args.batch_size, epochs=args.epochs)
     print(f"fine-tuned in {time.time() - start:.0f} s")

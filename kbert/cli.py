@@ -74,7 +74,7 @@ def _train(args):
         raise UsageError(f"{args.data} has a single class; a classifier needs at least two.")
     model = kbert.BertClassifier.from_preset(
         _preset(args.preset), num_classes=num_classes, class_names=class_names,
-        sequence_length=args.sequence_length,
+        sequence_length=args.sequence_length, dtype=args.dtype,
     )
     model.fit(texts, np.array(label_ids), batch_size=args.batch_size, epochs=args.epochs)
     model.save_to_preset(args.output)
@@ -186,6 +186,8 @@ def build_parser():
     p.add_argument("--output", required=True, help="folder for the fine-tuned model")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--sequence-length", type=int, default=128)
+    p.add_argument("--dtype", default="auto",
+                   help="auto (default): bfloat16 matrix multiplications where the CPU/GPU runs them fast; float32")
     p.set_defaults(run=_train)
 
     p = commands.add_parser("evaluate", help="loss and accuracy of a trained model on a labelled file")

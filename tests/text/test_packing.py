@@ -182,12 +182,14 @@ def test_preprocessor_truncates_one_segment_like_hugging_face(minilm_dir, hf_tok
 def test_pad_to_bucket_pads_to_the_shortest_bucket_holding_the_longest():
     from kbert.text.packing import bucket_lengths
 
-    assert bucket_lengths(128) == [16, 32, 64, 128]
-    assert bucket_lengths(100) == [16, 32, 64, 100]
+    assert bucket_lengths(128) == [16, 24, 32, 48, 64, 96, 128]
+    assert bucket_lengths(100) == [16, 24, 32, 48, 64, 96, 100]
+    assert bucket_lengths(20) == [16, 20]
     assert bucket_lengths(8) == [8]
     packer = SegmentPacker(CLS, SEP, PAD, sequence_length=100, pad_to="bucket")
     assert packer(ragged([[1] * 14]))["token_ids"].shape == (1, 16)
-    assert packer(ragged([[1] * 15, [2]]))["token_ids"].shape == (2, 32)
+    assert packer(ragged([[1] * 15, [2]]))["token_ids"].shape == (2, 24)
+    assert packer(ragged([[1] * 23]))["token_ids"].shape == (1, 32)
     assert packer(ragged([[1] * 70]))["token_ids"].shape == (1, 100)
     assert packer(ragged([[1] * 500]))["token_ids"].shape == (1, 100)  # truncated first
 
