@@ -94,8 +94,8 @@ class Task(keras.Model):
     # BERT §A.3: fine-tuning learning rates are among 5e-5, 3e-5 and 2e-5.
     default_learning_rate = 5e-5
     default_warmup = 0.1
-    # Raw text is padded batch by batch to one of a few lengths (16, 32, 64,
-    # ..., sequence_length; see SegmentPacker's pad_to="bucket"), not always
+    # Raw text is padded batch by batch to one of a few lengths (16, 24, 32,
+    # 48, ..., sequence_length; see SegmentPacker's pad_to="bucket"), not always
     # to sequence_length: real sentences are short, and padding is masked,
     # so the outputs are the same. Set to "sequence_length" for fixed shapes.
     input_padding = "bucket"

@@ -190,7 +190,8 @@ def test_pad_to_bucket_pads_to_the_shortest_bucket_holding_the_longest():
     assert packer(ragged([[1] * 14]))["token_ids"].shape == (1, 16)
     assert packer(ragged([[1] * 15, [2]]))["token_ids"].shape == (2, 24)
     assert packer(ragged([[1] * 23]))["token_ids"].shape == (1, 32)
-    assert packer(ragged([[1] * 70]))["token_ids"].shape == (1, 100)
+    assert packer(ragged([[1] * 70]))["token_ids"].shape == (1, 96)  # 72 with [CLS] and [SEP]
+    assert packer(ragged([[1] * 95]))["token_ids"].shape == (1, 100)
     assert packer(ragged([[1] * 500]))["token_ids"].shape == (1, 100)  # truncated first
 
 
