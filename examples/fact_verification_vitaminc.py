@@ -52,6 +52,7 @@ def main():
     # One short epoch: a rate above BERT-Base's 5e-5, as examples/ner_wnut16.py
     # uses. Under ~100 steps the model still answers the majority label ('True').
     parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--dtype", default="auto", help="auto: bfloat16 matrix multiplications where fast; float32")
     args = parser.parse_args()
 
     (evidences, claims), train_labels = read_pairs("train_subset.tsv")
@@ -64,7 +65,7 @@ def main():
 
     model = kbert.BertClassifier.from_preset(
         args.preset or minilm_folder(), num_classes=len(LABELS), sequence_length=args.sequence_length,
-        class_names=LABELS,
+        class_names=LABELS, dtype=args.dtype,
     )
     model.default_learning_rate = args.learning_rate
     start = time.time()
