@@ -31,7 +31,8 @@ signature = tf.saved_model.load(path).signatures["serving_default"]
 if keras_hub:
     import keras_hub as kh
     preprocessor = kh.models.BertTextClassifierPreprocessor.from_preset(keras_hub)
-    call = lambda batch: signature(**{k: tf.convert_to_tensor(v) for k, v in preprocessor(batch).items()})
+    specs = signature.structured_input_signature[1]
+    call = lambda batch: signature(**{k: tf.cast(v, specs[k].dtype) for k, v in preprocessor(batch).items()})
 else:
     call = lambda batch: signature(text=tf.constant(batch))
 def timed(batch, n):
