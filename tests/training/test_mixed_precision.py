@@ -70,8 +70,11 @@ def fine_tune(policy, texts, labels, preprocessor, epochs):
     return model.fit(texts, labels, batch_size=32, epochs=epochs, shuffle=False, verbose=0).history
 
 
+# The other tests here check bfloat16 on every backend; this convergence run's
+# recipe (learning rate 1e-2, 10 epochs) was tuned on JAX's initialisation:
+# on TensorFlow and PyTorch float32 itself stops near loss 0.27-0.29.
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason=(
-    "runs once, in the jax pass (~35 s): PyTorch's bfloat16 matmuls on this CPU take ~5 minutes"))
+    "runs once, in the jax pass (~35 s): its recipe is tuned to JAX's initialisation"))
 def test_bfloat16_fine_tuning_converges_like_float32(minilm_dir):
     # 256 MR reviews, a tiny BERT from scratch (MiniLM's WordPiece vocabulary),
     # 10 epochs: in float32 it learns the set by heart (loss 0.69 -> ~0.01).
