@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from kbert.layers.dropout import Dropout
 from kbert.layers.gelu import check_gelu, gelu
 
 
@@ -90,8 +91,8 @@ class TransformerEncoder(keras.layers.Layer):
         self.intermediate = dense("intermediate", self.intermediate_dim, hidden_dim)
         self.output_dense = dense("output", hidden_dim, self.intermediate_dim)
         self.output_layer_norm = layer_norm("output_layer_norm")
-        self.attention_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        self.residual_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.attention_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
+        self.residual_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
     def _split_heads(self, x):

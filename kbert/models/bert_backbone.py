@@ -1,6 +1,6 @@
 import keras
 
-from kbert.layers import PositionEmbedding, TransformerEncoder
+from kbert.layers import Dropout, PositionEmbedding, TransformerEncoder
 from kbert.presets import loading
 
 
@@ -88,7 +88,7 @@ class BertBackbone(keras.Model):
         embeddings_layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
         )
-        embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        embeddings_dropout = Dropout(dropout, dtype=dtype, name="embeddings_dropout")
         transformer_layers = [
             TransformerEncoder(
                 num_heads=num_heads,

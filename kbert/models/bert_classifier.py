@@ -1,5 +1,6 @@
 import keras
 
+from kbert.layers import Dropout
 from kbert.models.bert_backbone import bert_initializer
 from kbert.models.task import Task
 from kbert.presets.huggingface import T
@@ -35,7 +36,7 @@ class BertClassifier(Task):
             raise ValueError(f"Got {len(class_names)} class_names for num_classes={num_classes}.")
         inputs = backbone.input
         features = backbone(inputs)[self.classified_output]
-        x = keras.layers.Dropout(dropout, name="classifier_dropout")(features)
+        x = Dropout(dropout, name="classifier_dropout")(features)
         logits = keras.layers.Dense(
             num_classes, kernel_initializer=bert_initializer(), dtype="float32", name="logits"
         )(x)

@@ -1,0 +1,81 @@
+import keras
+import numpy as np
+import pytest
+
+from kbert.layers import Dropout
+from tests.helpers import to_numpy
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_drops_the_rate_and_keeps_the_expected_value(rate):
+    # 32 x 12 x 128 x 127 = 6.2M elements: the dropped fraction's standard
+    # error is below 2e-4; an odd last axis uses half of the last draw.
+    x = np.ones((32, 12, 128, 127), "float32")
+    y = to_numpy(Dropout(rate)(x, training=True))
+    assert abs((y == 0).mean() - rate) < 1e-3
+    assert abs(y.mean() - 1) < 2e-3
+    # JAX keeps Keras' dropout (exact rate); elsewhere the rate is in 1/65,536ths.
+    exact = rate if keras.backend.backend() == "jax" else round(rate * 2**16) / 2**16
+    np.testing.assert_allclose(np.unique(y), [0, 1 / (1 - exact)], rtol=1e-6)
+
+
+def test_neighbouring_elements_are_independent():
+    # Two elements share one 32-bit draw; their masks must not correlate.
+    dropped = to_numpy(Dropout(0.5)(np.ones((64, 32, 256), "float32"), training=True)) == 0
+    pairs = np.corrcoef(dropped[..., 0::2].ravel(), dropped[..., 1::2].ravel())[0, 1]
+    rows = np.corrcoef(dropped[:, :-1].ravel(), dropped[:, 1:].ravel())[0, 1]
+    assert abs(pairs) < 0.01 and abs(rows) < 0.01
+
+
+def test_a_new_mask_each_call_and_none_outside_training():
+    layer = Dropout(0.1)
+    x = np.ones((4, 8, 64), "float32")
+    first, second = to_numpy(layer(x, training=True)), to_numpy(layer(x, training=True))
+    assert (first != second).mean() > 0.1
+    np.testing.assert_array_equal(to_numpy(layer(x)), x)
+    np.testing.assert_array_equal(to_numpy(Dropout(1.0)(x, training=True)), 0)
+
+
+def test_gradient_is_the_mask_times_the_scale():
+    layer = Dropout(0.3)
+    x = keras.ops.ones((8, 16, 32))
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        grad = tape.gradient(y, x)
+    elif keras.backend.backend() == "torch":
+        x.requires_grad_(True)
+        y = layer(x, training=True)
+        y.sum().backward()
+        grad = x.grad
+    else:
+        import jax
+
+        key_free = lambda x: layer(x, training=True)  # noqa: E731
+        y, vjp = jax.vjp(key_free, x)
+        (grad,) = vjp(keras.ops.ones_like(y))
+    np.testing.assert_allclose(to_numpy(grad), to_numpy(y), rtol=1e-6)
+
+
+def test_mixed_bfloat16_keeps_bfloat16():
+    y = Dropout(0.1, dtype="mixed_bfloat16")(keras.ops.ones((4, 8, 16), dtype="bfloat16"), training=True)
+    assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
+
+
+def test_dynamic_shapes_in_a_tensorflow_graph():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("graphs with unknown dimensions are TensorFlow's")
+    import tensorflow as tf
+
+    layer = Dropout(0.5)
+    apply = tf.function(lambda x: layer(x, training=True), input_signature=[tf.TensorSpec([None, None, None])])
+    y = apply(tf.ones((3, 5, 7))).numpy()
+    assert y.shape == (3, 5, 7) and 0 < (y == 0).sum() < y.size
+
+
+def test_config_round_trips():
+    layer = Dropout(0.2, name="drop")
+    assert Dropout.from_config(layer.get_config()).get_config() == layer.get_config()
