@@ -29,6 +29,10 @@ class TransformerEncoder(keras.layers.Layer):
             padding is never attended to.
         return_attention_scores: also return the attention probabilities
             `[batch, num_heads, length, length]`.
+        first_token_only: compute the block's output at the first position
+            only (`[batch, 1, hidden_dim]`, attending over every position),
+            for a last block whose only reader is the [CLS] pooler: the same
+            values for ~1/length of the queries' and feed-forward work.
 
     Example:
     >>> x = keras.random.normal((2, 8, 32))
@@ -99,8 +103,8 @@ class TransformerEncoder(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
 
-    def _attention(self, x, padding_mask, training, return_attention_scores):
-        q = self._split_heads(self.query(x))
+    def _attention(self, x, queries, padding_mask, training, return_attention_scores):
+        q = self._split_heads(self.query(queries))
         k = self._split_heads(self.key(x))
         v = self._split_heads(self.value(x))
         mask = None
@@ -121,13 +125,16 @@ class TransformerEncoder(keras.layers.Layer):
             scores = ops.softmax(logits, axis=-1)
             probs = self.attention_dropout(ops.cast(scores, v.dtype), training=training)
             context = ops.einsum("bnts,bsnh->btnh", probs, v)
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        batch, length = ops.shape(queries)[0], ops.shape(queries)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
         return self.attention_output(context), scores
 
-    def call(self, inputs, padding_mask=None, training=None, return_attention_scores=False):
-        attended, scores = self._attention(inputs, padding_mask, training, return_attention_scores)
-        x = self.attention_layer_norm(inputs + self.residual_dropout(attended, training=training))
+    def call(
+        self, inputs, padding_mask=None, training=None, return_attention_scores=False, first_token_only=False
+    ):
+        queries = inputs[:, :1] if first_token_only else inputs
+        attended, scores = self._attention(inputs, queries, padding_mask, training, return_attention_scores)
+        x = self.attention_layer_norm(queries + self.residual_dropout(attended, training=training))
         h = gelu(self.intermediate(x), self.activation)
         h = self.output_dense(h)
         x = self.output_layer_norm(x + self.residual_dropout(h, training=training))

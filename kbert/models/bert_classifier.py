@@ -35,7 +35,10 @@ class BertClassifier(Task):
         if class_names is not None and len(class_names) != num_classes:
             raise ValueError(f"Got {len(class_names)} class_names for num_classes={num_classes}.")
         inputs = backbone.input
-        features = backbone(inputs)[self.classified_output]
+        if self.classified_output == "pooled_output":
+            features = backbone.pooled_output_model()(inputs)
+        else:
+            features = backbone(inputs)[self.classified_output]
         x = Dropout(dropout, name="classifier_dropout")(features)
         logits = keras.layers.Dense(
             num_classes, kernel_initializer=bert_initializer(), dtype="float32", name="logits"

@@ -21,6 +21,20 @@ def test_fused_attention_equals_explicit_softmax_attention():
     assert tuple(scores.shape) == (2, 4, 6, 6)
 
 
+def test_first_token_only_equals_the_first_row_of_the_whole_output():
+    layer = built_encoder()
+    x = np.random.default_rng(4).normal(size=(2, 7, 16)).astype("float32")
+    mask = np.array([[1, 1, 1, 1, 1, 0, 0], [1] * 7], "int32")
+    whole = to_numpy(layer(x, padding_mask=mask))
+    first = to_numpy(layer(x, padding_mask=mask, first_token_only=True))
+    assert first.shape == (2, 1, 16)
+    np.testing.assert_allclose(first, whole[:, :1], atol=1e-5)
+    # The explicit-softmax path (attention probabilities requested) agrees too.
+    explicit, scores = layer(x, padding_mask=mask, first_token_only=True, return_attention_scores=True)
+    np.testing.assert_allclose(to_numpy(explicit), whole[:, :1], atol=1e-5)
+    assert tuple(scores.shape) == (2, 4, 1, 7)
+
+
 def test_padded_keys_do_not_change_real_outputs():
     layer = built_encoder()
     x = np.random.default_rng(1).normal(size=(1, 4, 16)).astype("float32")

@@ -30,6 +30,28 @@ def test_padding_does_not_change_real_token_outputs():
     np.testing.assert_allclose(short, long[:, :6], atol=1e-5)
 
 
+def test_pooled_output_model_gives_the_pooled_output_and_its_gradients():
+    # It runs the last block at [CLS] only; values and weight gradients are
+    # those of the whole backbone's pooled output.
+    backbone = tiny_backbone(num_layers=3)
+    inputs = random_inputs(3, 9, 50)
+    inputs["padding_mask"][0, 5:] = 0
+    pooled = backbone.pooled_output_model()
+    np.testing.assert_allclose(to_numpy(pooled(inputs)), to_numpy(backbone(inputs)["pooled_output"]), atol=1e-5)
+    assert {id(w) for w in pooled.weights} <= {id(w) for w in backbone.weights}
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        grads = []
+        for model in (lambda x: backbone(x)["pooled_output"], pooled):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(model(inputs) ** 2)
+            grads.append(tape.gradient(loss, backbone.trainable_weights))
+        for whole, first in zip(*grads):
+            np.testing.assert_allclose(np.asarray(tf.convert_to_tensor(whole)),
+                                       np.asarray(tf.convert_to_tensor(first)), atol=1e-5)
+
+
 def test_hidden_states_are_embeddings_plus_every_layer():
     backbone = tiny_backbone(num_layers=3)
     inputs = random_inputs(2, 5, 50)
