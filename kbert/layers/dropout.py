@@ -32,8 +32,9 @@ class Dropout(keras.layers.Dropout):
         dropped = round(self.rate * _LEVELS)
         bits = _random_int16(ops.shape(inputs), self.seed_generator)
         keep = bits >= ops.cast(-(_LEVELS // 2) + dropped, "int16")
+        # One pass to make the scaled mask, one to apply it (and one back).
         scale = ops.cast(_LEVELS / (_LEVELS - dropped), inputs.dtype)
-        return ops.where(keep, inputs * scale, ops.zeros_like(inputs))
+        return inputs * ops.where(keep, scale, ops.zeros_like(scale))
 
 
 def _random_int16(shape, seed_generator):

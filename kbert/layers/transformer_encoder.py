@@ -116,12 +116,13 @@ class TransformerEncoder(keras.layers.Layer):
             context = ops.dot_product_attention(q, k, v, mask=mask)
             scores = None
         else:
-            logits = ops.einsum("btnh,bsnh->bnts", q, k) / ops.sqrt(
-                ops.cast(self.head_dim, q.dtype)
-            )
-            logits = ops.cast(logits, "float32")
+            # Scaling the queries and adding the mask as a bias touch
+            # [batch, length, hidden] and [batch, 1, 1, length] elements, not
+            # [batch, heads, length, length] (and add has no backward work).
+            q = q * ops.cast(self.head_dim**-0.5, q.dtype)
+            logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32")
             if mask is not None:
-                logits = ops.where(mask, logits, -1e9)
+                logits = logits + ops.where(mask, 0.0, -1e9)
             scores = ops.softmax(logits, axis=-1)
             probs = self.attention_dropout(ops.cast(scores, v.dtype), training=training)
             context = ops.einsum("bnts,bsnh->btnh", probs, v)
