@@ -2,7 +2,8 @@ import keras
 from keras import ops
 
 from kbert.layers.dropout import Dropout
-from kbert.layers.gelu import check_gelu, gelu
+from kbert.layers.fused_dense import fused_dense
+from kbert.layers.gelu import check_gelu
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -104,9 +105,9 @@ class TransformerEncoder(keras.layers.Layer):
         return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
 
     def _attention(self, x, queries, padding_mask, training, return_attention_scores):
-        q = self._split_heads(self.query(queries))
-        k = self._split_heads(self.key(x))
-        v = self._split_heads(self.value(x))
+        q = self._split_heads(self._dense(self.query, queries))
+        k = self._split_heads(self._dense(self.key, x))
+        v = self._split_heads(self._dense(self.value, x))
         mask = None
         if padding_mask is not None:
             mask = ops.cast(padding_mask, "bool")[:, None, None, :]
@@ -128,7 +129,10 @@ class TransformerEncoder(keras.layers.Layer):
             context = ops.einsum("bnts,bsnh->btnh", probs, v)
         batch, length = ops.shape(queries)[0], ops.shape(queries)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
-        return self.attention_output(context), scores
+        return self._dense(self.attention_output, context), scores
+
+    def _dense(self, layer, x, activation=None):
+        return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype)
 
     def call(
         self, inputs, padding_mask=None, training=None, return_attention_scores=False, first_token_only=False
@@ -136,8 +140,8 @@ class TransformerEncoder(keras.layers.Layer):
         queries = inputs[:, :1] if first_token_only else inputs
         attended, scores = self._attention(inputs, queries, padding_mask, training, return_attention_scores)
         x = self.attention_layer_norm(queries + self.residual_dropout(attended, training=training))
-        h = gelu(self.intermediate(x), self.activation)
-        h = self.output_dense(h)
+        h = self._dense(self.intermediate, x, activation=self.activation)
+        h = self._dense(self.output_dense, h)
         x = self.output_layer_norm(x + self.residual_dropout(h, training=training))
         if return_attention_scores:
             return x, scores

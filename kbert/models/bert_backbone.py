@@ -74,9 +74,11 @@ class BertBackbone(keras.Model):
         from kbert.training.precision import resolve_dtype
 
         dtype = resolve_dtype(dtype)
+        # autocast=False: gather float32 rows and cast those, instead of
+        # casting the whole vocabulary table to bfloat16 on every step.
         token_embedding = keras.layers.Embedding(
             vocabulary_size, hidden_dim, embeddings_initializer=bert_initializer(),
-            dtype=dtype, name="token_embedding",
+            dtype=dtype, autocast=False, name="token_embedding",
         )
         segment_embedding = keras.layers.Embedding(
             num_segments, hidden_dim, embeddings_initializer=bert_initializer(),
