@@ -12,7 +12,8 @@ alike; the table shows medians and ratios (kbert / peer).
 MiniLM-L6 is the real all-MiniLM-L6-v2 checkpoint; "base" is BERT-Base with
 random weights (same cost as the real one, no download). kbert runs with
 `dtype="auto"` (bfloat16 matrix multiplications where the CPU has AMX or
-AVX512-BF16) and, as "kbert-float32", in float32; the peers run at their
+AVX512-BF16) on the chosen backend and on PyTorch ("kbert-torch"), and, as
+"kbert-float32", in float32; the peers run at their
 defaults (float32). The batch is fixed at 32 x 128 tokens, so length bucketing
 plays no part here (see mr_finetune.py for real text).
 """
@@ -113,13 +114,19 @@ def run_keras_hub(args):
     return f"KerasHub ({keras.backend.backend()})", step
 
 
-RUNNERS = {"kbert": run_kbert, "kbert-float32": run_kbert_float32, "transformers": run_transformers,
-           "keras_hub": run_keras_hub}
+RUNNERS = {"kbert": run_kbert, "kbert-float32": run_kbert_float32, "kbert-torch": run_kbert,
+           "transformers": run_transformers, "keras_hub": run_keras_hub}
+
+
+def resident_gib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
 
 
 def measure(args):
     """In the subprocess: warm up, time `args.steps` steps, report JSON."""
     name, step = RUNNERS[args.library](args)
+    before_steps = resident_gib()  # libraries and model loaded; optimizer state not yet built
     for _ in range(2):
         step()  # compile / trace
     start = time.perf_counter()
@@ -127,7 +134,8 @@ def measure(args):
         step()
     seconds = time.perf_counter() - start
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"name": name, "sequences_per_s": args.steps * args.batch_size / seconds, "peak_gib": peak_gib}))
+    print(json.dumps({"name": name, "sequences_per_s": args.steps * args.batch_size / seconds, "peak_gib": peak_gib,
+                      "step_gib": peak_gib - before_steps}))
 
 
 def main():
@@ -144,6 +152,8 @@ def main():
         return measure(args)
 
     libraries = ["kbert", "kbert-float32", "transformers"]
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "torch":
+        libraries.insert(1, "kbert-torch")
     try:
         import keras_hub  # noqa: F401
 
@@ -159,7 +169,8 @@ def main():
                 command = [sys.executable, __file__, "--library", library, "--work", work, "--model", args.model,
                            "--batch-size", str(args.batch_size), "--length", str(args.length),
                            "--steps", str(args.steps)]
-                out = subprocess.run(command, capture_output=True, text=True, env=os.environ)
+                env = dict(os.environ, KERAS_BACKEND="torch") if library == "kbert-torch" else os.environ
+                out = subprocess.run(command, capture_output=True, text=True, env=env)
                 lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
                 if out.returncode or not lines:
                     print(f"  {library} {work}: failed or skipped: {(out.stdout + out.stderr).strip()[-300:]}")
@@ -168,14 +179,16 @@ def main():
                 results.setdefault(result["name"], []).append(result)
         if not results:
             continue
-        kbert_name = next((n for n in results if n.startswith("kbert") and "float32" not in n), None)
-        kbert_speed = statistics.median(r["sequences_per_s"] for r in results[kbert_name]) if kbert_name else None
-        print(f"\n{work}: sequences/s (median), peak GiB, kbert / peer")
+        speeds = {name: statistics.median(r["sequences_per_s"] for r in runs) for name, runs in results.items()}
+        kbert_names = [n for n in speeds if n.startswith("kbert") and "float32" not in n]
+        kbert_speed = max(speeds[n] for n in kbert_names) if kbert_names else None
+        print(f"\n{work}: sequences/s (median); peak GiB of the process and the steps' increase over the "
+              f"loaded libraries; fastest kbert / each")
         for name, runs in results.items():
-            speed = statistics.median(r["sequences_per_s"] for r in runs)
             peak = statistics.median(r["peak_gib"] for r in runs)
-            ratio = f"{kbert_speed / speed:.2f}x" if kbert_speed else "-"
-            print(f"  {name:<24} {speed:8.1f} seq/s  {peak:5.2f} GiB  {ratio}")
+            step_gib = statistics.median(r["step_gib"] for r in runs)
+            ratio = f"{kbert_speed / speeds[name]:.2f}x" if kbert_speed else "-"
+            print(f"  {name:<34} {speeds[name]:8.1f} seq/s  {peak:5.2f} GiB  +{step_gib:5.2f} GiB  {ratio}")
 
 
 if __name__ == "__main__":

@@ -16,10 +16,16 @@ from kbert.layers.gelu import gelu
 
 
 def fused_dense(layer, x, activation=None, compute_dtype=None):
-    """`activation(layer(x))` for a built `Dense` with a bias and no
-    activation of its own; `activation` is None, "gelu" or
-    "gelu_approximate". `compute_dtype`: the dtype of the matmul (the
-    calling layer's; defaults to `layer.compute_dtype`)."""
+    """`activation(layer(x))` for a built `keras.layers.Dense`; `activation`
+    is None, "gelu" or "gelu_approximate". `compute_dtype`: the dtype of the
+    matmul (the calling layer's; defaults to `layer.compute_dtype`). LoRA
+    is kept (`layer.kernel` includes it); a quantized layer, or one without
+    a bias or with its own activation, is simply called."""
+    plain = layer.use_bias and layer.activation is keras.activations.linear
+    if getattr(layer, "quantization_mode", None) or not plain:
+        # Quantized kernels (and other variants) go through Keras' own call.
+        y = layer(x)
+        return gelu(y, activation) if activation is not None else y
     compute_dtype = compute_dtype or layer.compute_dtype
     kernel = ops.cast(layer.kernel, compute_dtype)
     bias = ops.cast(layer.bias, compute_dtype)

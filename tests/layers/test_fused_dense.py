@@ -1,0 +1,53 @@
+import keras
+import numpy as np
+import pytest
+
+from kbert.layers.fused_dense import fused_dense
+from kbert.layers.gelu import gelu
+from tests.helpers import to_numpy
+
+
+def built_dense(units=24, dtype="float32", **kwargs):
+    layer = keras.layers.Dense(units, dtype=dtype, bias_initializer="random_normal", **kwargs)
+    layer.build((None, None, 16))
+    return layer
+
+
+@pytest.mark.parametrize("activation", [None, "gelu", "gelu_approximate"])
+def test_equals_the_layer_then_the_activation(activation):
+    layer = built_dense()
+    x = np.random.default_rng(0).normal(size=(3, 5, 16)).astype("float32")
+    expected = to_numpy(gelu(layer(x), activation) if activation else layer(x))
+    np.testing.assert_allclose(to_numpy(fused_dense(layer, x, activation)), expected, atol=1e-5)
+
+
+def test_mixed_bfloat16_multiplies_in_bfloat16():
+    layer = built_dense(dtype="mixed_bfloat16")
+    x = np.random.default_rng(1).normal(size=(2, 7, 16)).astype("float32")
+    y = fused_dense(layer, x, "gelu")
+    assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
+    expected = to_numpy(keras.ops.cast(gelu(layer(x), "gelu"), "float32"))
+    np.testing.assert_allclose(to_numpy(keras.ops.cast(y, "float32")), expected, atol=3e-2, rtol=2e-2)
+
+
+def test_lora_is_kept_and_quantized_layers_are_called():
+    layer = built_dense()
+    layer.enable_lora(2)
+    layer.lora_kernel_b.assign(np.random.default_rng(2).normal(size=(2, 24)).astype("float32"))
+    x = np.random.default_rng(3).normal(size=(2, 4, 16)).astype("float32")
+    np.testing.assert_allclose(to_numpy(fused_dense(layer, x)), to_numpy(layer(x)), atol=1e-5)
+
+    quantized = built_dense()
+    quantized.quantize("int8")
+    np.testing.assert_allclose(to_numpy(fused_dense(quantized, x)), to_numpy(quantized(x)), atol=1e-6)
+
+
+def test_unknown_batch_and_length_in_a_tensorflow_graph():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("graphs with unknown dimensions are TensorFlow's")
+    import tensorflow as tf
+
+    layer = built_dense()
+    apply = tf.function(lambda x: fused_dense(layer, x, "gelu"), input_signature=[tf.TensorSpec([None, None, 16])])
+    x = np.random.default_rng(4).normal(size=(2, 3, 16)).astype("float32")
+    np.testing.assert_allclose(apply(x).numpy(), to_numpy(gelu(layer(x), "gelu")), atol=1e-5)
