@@ -66,18 +66,14 @@ def fine_tune(policy, texts, labels, preprocessor, epochs):
     keras.utils.set_random_seed(0)
     backbone = tiny_backbone(policy, vocabulary_size=preprocessor.tokenizer.vocabulary_size)
     model = kbert.BertClassifier(backbone, num_classes=2, preprocessor=preprocessor, dropout=0.0)
-    model.compile(optimizer=kbert.training.fine_tuning_optimizer(epochs * len(texts) // 32, learning_rate=1e-2))
+    model.compile(optimizer=kbert.training.fine_tuning_optimizer(epochs * len(texts) // 32, learning_rate=5e-3))
     return model.fit(texts, labels, batch_size=32, epochs=epochs, shuffle=False, verbose=0).history
 
 
-# The other tests here check bfloat16 on every backend; this convergence run's
-# recipe (learning rate 1e-2, 10 epochs) was tuned on JAX's initialisation:
-# on TensorFlow and PyTorch float32 itself stops near loss 0.27-0.29.
-@pytest.mark.skipif(keras.backend.backend() != "jax", reason=(
-    "runs once, in the jax pass (~35 s): its recipe is tuned to JAX's initialisation"))
 def test_bfloat16_fine_tuning_converges_like_float32(minilm_dir):
     # 256 MR reviews, a tiny BERT from scratch (MiniLM's WordPiece vocabulary),
-    # 10 epochs: in float32 it learns the set by heart (loss 0.69 -> ~0.01).
+    # 10 epochs at 5e-3: it learns the set by heart (loss 0.69 -> 0.01-0.04 on
+    # every backend, in float32 and in bfloat16; 8-16 s a run).
     texts, labels = read_mr(256)
     preprocessor = kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=32)
     bfloat16 = fine_tune("mixed_bfloat16", texts, labels, preprocessor, epochs=10)
