@@ -31,8 +31,8 @@ class BertBackbone(keras.Model):
         layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
         dtype: dtype or dtype policy of the layers, e.g. `"mixed_bfloat16"`;
             `"auto"`: `"mixed_bfloat16"` where the machine multiplies in
-            bfloat16 fast (AMX or AVX512-BF16 CPUs, Ampere+ GPUs, TPUs), else
-            float32. The default, `None`, is Keras' global policy (float32
+            bfloat16 fast (Ampere+ GPUs, TPUs, AMX or AVX512-BF16 CPUs except
+            under JAX), else float32. The default, `None`, is Keras' global policy (float32
             unless set), which matches reference checkpoints to ~1e-6.
 
     Inputs: a dict of int tensors `[batch, length]` (any length up to
