@@ -1,9 +1,10 @@
 """Where a kbert training step spends its time: the share of each operation.
 
 Runs kbert's fine-tuning step (MiniLM-L6, batch 32 x 128, AdamW), or with
-`--work infer` a prediction, on the PyTorch backend under `torch.profiler` and prints the operations taking the
-most CPU time as a share of the step, grouped into matrix multiplications,
-attention, elementwise/normalisation work and the optimizer.
+`--work infer` a prediction, on the PyTorch backend under `torch.profiler`
+and prints the operations taking the most CPU time as a share of the step,
+grouped into matrix multiplications, attention, elementwise/normalisation
+work and the optimizer.
 
     KERAS_BACKEND=torch python benchmarks/profile_step.py [--dtype auto|float32] [--steps 3] [--work infer]
 """
