@@ -177,13 +177,19 @@ class BertBackbone(keras.Model):
         still cover every token): the same values as the backbone's
         `pooled_output`, with about `1 / num_layers` less work, forward and
         backward. The sentence classifier is built on it.
+
+        It carries the backbone's name and holds the same layers, so a model
+        built on it saves its weights under the same paths as one built on
+        the backbone (weight files stay loadable either way).
         """
         if not self.num_layers:
-            return keras.Model(inputs=self.input, outputs=self.output["pooled_output"], name=f"{self.name}_pooled")
-        first = self.transformer_layers[-1](
-            self._hidden_states[-2], padding_mask=self.input["padding_mask"], first_token_only=True
-        )
-        return keras.Model(inputs=self.input, outputs=self.pooled_dense(first[:, 0, :]), name=f"{self.name}_pooled")
+            pooled = self.output["pooled_output"]
+        else:
+            first = self.transformer_layers[-1](
+                self._hidden_states[-2], padding_mask=self.input["padding_mask"], first_token_only=True
+            )
+            pooled = self.pooled_dense(first[:, 0, :])
+        return _PooledBackbone(inputs=self.input, outputs=pooled, name=self.name)
 
     def attention_scores(self, inputs, layer_index):
         """Attention probabilities `[batch, num_heads, length, length]` of one
@@ -244,3 +250,17 @@ class BertBackbone(keras.Model):
     def save_to_preset(self, folder):
         """Writes the config and weights to `folder` in kbert's layout."""
         loading.save_backbone(self, folder)
+
+
+def _pooled_backbone_class():
+    # Keras names a model's sublayers in weight files after their class
+    # (`layers/bert_backbone/...`); a class of the same name keeps the paths of
+    # a classifier built on `pooled_output_model()` equal to those of one built
+    # on the backbone itself, so weight files load across the two.
+    class BertBackbone(keras.Model):
+        pass
+
+    return BertBackbone
+
+
+_PooledBackbone = _pooled_backbone_class()

@@ -33,6 +33,29 @@ def test_bare_checkpoint_gets_a_fresh_head_of_the_requested_size(tmp_path):
     assert tuple(model(random_inputs(2, 5, 120)).shape) == (2, 4)
 
 
+def test_weight_files_match_a_classifier_on_the_whole_backbone(tmp_path):
+    # The classifier runs its last block at [CLS] only (pooled_output_model);
+    # its weight files must keep the layout of a classifier calling the whole
+    # backbone (what kbert built before), in both directions.
+    def backbone():
+        return kbert.BertBackbone(vocabulary_size=60, num_layers=2, num_heads=2, hidden_dim=16,
+                                  intermediate_dim=32, max_sequence_length=16, dropout=0.0)
+
+    whole = backbone()
+    logits = keras.layers.Dense(3)(keras.layers.Dropout(0.1)(whole(whole.input)["pooled_output"]))
+    plain = keras.Model(whole.input, logits)
+    inputs = random_inputs(2, 7, 60)
+    plain.save_weights(tmp_path / "plain.weights.h5")
+    classifier = kbert.BertClassifier(backbone(), num_classes=3)
+    classifier.load_weights(tmp_path / "plain.weights.h5")
+    np.testing.assert_allclose(to_numpy(classifier(inputs)), to_numpy(plain(inputs)), atol=1e-5)
+
+    fresh = kbert.BertClassifier(backbone(), num_classes=3)
+    fresh.save_weights(tmp_path / "classifier.weights.h5")
+    plain.load_weights(tmp_path / "classifier.weights.h5")
+    np.testing.assert_allclose(to_numpy(plain(inputs)), to_numpy(fresh(inputs)), atol=1e-5)
+
+
 def tiny_classifier(minilm_dir, num_classes=2, **kwargs):
     backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
                                   intermediate_dim=64, max_sequence_length=64, dropout=0.0)
