@@ -22,27 +22,26 @@ def fused_dense(layer, x, activation=None, compute_dtype=None):
     is kept (`layer.kernel` includes it); a quantized layer, or one without
     a bias or with its own activation, is simply called."""
     plain = layer.use_bias and layer.activation is keras.activations.linear
+    backend = keras.backend.backend()
     if getattr(layer, "quantization_mode", None) or not plain:
         # Quantized kernels (and other variants) go through Keras' own call.
         y = layer(x)
-        return gelu(y, activation) if activation is not None else y
-    compute_dtype = compute_dtype or layer.compute_dtype
-    kernel = ops.cast(layer.kernel, compute_dtype)
-    bias = ops.cast(layer.bias, compute_dtype)
-    x = ops.cast(x, compute_dtype)
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        units = kernel.shape[-1]
-        flat = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel), bias)
-        if activation is not None:
-            flat = tf.nn.gelu(flat, approximate=activation == "gelu_approximate")
-        return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [units]], axis=0))
-    if backend == "torch":
-        import torch
-
-        y = torch.nn.functional.linear(x, kernel.T, bias)
     else:
-        y = ops.matmul(x, kernel) + bias
+        compute_dtype = compute_dtype or layer.compute_dtype
+        kernel = ops.cast(layer.kernel, compute_dtype)
+        bias = ops.cast(layer.bias, compute_dtype)
+        x = ops.cast(x, compute_dtype)
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            flat = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel), bias)
+            if activation is not None:
+                flat = tf.nn.gelu(flat, approximate=activation == "gelu_approximate")
+            return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[-1]]], axis=0))
+        if backend == "torch":
+            import torch
+
+            y = torch.nn.functional.linear(x, kernel.T, bias)
+        else:
+            y = ops.matmul(x, kernel) + bias
     return gelu(y, activation) if activation is not None else y

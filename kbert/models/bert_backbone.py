@@ -252,15 +252,8 @@ class BertBackbone(keras.Model):
         loading.save_backbone(self, folder)
 
 
-def _pooled_backbone_class():
-    # Keras names a model's sublayers in weight files after their class
-    # (`layers/bert_backbone/...`); a class of the same name keeps the paths of
-    # a classifier built on `pooled_output_model()` equal to those of one built
-    # on the backbone itself, so weight files load across the two.
-    class BertBackbone(keras.Model):
-        pass
-
-    return BertBackbone
-
-
-_PooledBackbone = _pooled_backbone_class()
+# Keras names a model's sublayers in weight files after their class
+# (`layers/bert_backbone/...`); a class of the same name keeps the paths of a
+# classifier built on `pooled_output_model()` equal to those of one built on
+# the backbone itself, so weight files load across the two.
+_PooledBackbone = type("BertBackbone", (keras.Model,), {})
