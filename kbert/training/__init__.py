@@ -9,7 +9,10 @@ logits, hence the losses, are float32. With `"mixed_float16"` also scale the
 loss: `fine_tuning_optimizer(..., loss_scale=True)`. `dtype="auto"` picks
 `"mixed_bfloat16"` where the hardware multiplies bfloat16 fast (CPUs with AMX
 or AVX512-BF16, Ampere+ GPUs, TPUs) and float32 elsewhere
-(`kbert.training.precision.fast_bfloat16()`).
+(`kbert.training.precision.fast_bfloat16()`). On TensorFlow without an
+accelerator, bfloat16 is first tried in a child process, once per machine,
+because on some CPUs its oneDNN kernels kill the process
+(`kbert.training.precision.bfloat16_crash()`).
 """
 
 from kbert.training import precision

@@ -1,7 +1,14 @@
 """Which precision suits this machine: bfloat16 matrix multiplications where
 the hardware runs them fast, float32 elsewhere."""
 
+import functools
+import hashlib
+import json
 import os
+import signal
+import subprocess
+import sys
+import warnings
 
 # CPU flags (Linux /proc/cpuinfo) of bfloat16 matrix units: Intel AMX, and
 # AVX512-BF16 (Intel Cooper Lake and later, AMD Zen 4 and later).
@@ -82,8 +89,140 @@ def fast_bfloat16():
 
 def resolve_dtype(dtype):
     """`dtype="auto"` as a Keras dtype policy name: `"mixed_bfloat16"` where
-    `fast_bfloat16()`, else `"float32"` (variables, LayerNorm, softmax and
-    losses stay float32 either way). Other values come back unchanged."""
-    if dtype != "auto":
-        return dtype
-    return "mixed_bfloat16" if fast_bfloat16() else "float32"
+    `fast_bfloat16()` (and bfloat16 runs here: `bfloat16_crash()`), else
+    `"float32"` (variables, LayerNorm, softmax and losses stay float32 either
+    way). Other values come back unchanged, after a check that a bfloat16
+    policy will not crash the process (ValueError if it would)."""
+    if dtype == "auto":
+        if not fast_bfloat16():
+            return "float32"
+        crash = bfloat16_crash()
+        if crash:
+            warnings.warn(f"dtype='auto' chose float32: {crash}", stacklevel=2)
+            return "float32"
+        return "mixed_bfloat16"
+    if "bfloat16" in _policy_name(dtype):
+        crash = bfloat16_crash()
+        if crash:
+            raise ValueError(
+                f"dtype={_policy_name(dtype)!r} can't run here: {crash}. Use dtype='float32' or 'auto', "
+                "or the PyTorch backend (KERAS_BACKEND=torch), or set TF_ENABLE_ONEDNN_OPTS=0 before "
+                "TensorFlow is imported (slow bfloat16 kernels without oneDNN)."
+            )
+    return dtype
+
+
+def _policy_name(dtype):
+    """The policy name of a layer's `dtype` argument: None (the global policy),
+    a name, a `DTypePolicy`, or its serialized config."""
+    import keras
+
+    if dtype is None:
+        return keras.config.dtype_policy().name
+    if isinstance(dtype, dict):
+        return str(dtype.get("config", {}).get("name", ""))
+    return str(getattr(dtype, "name", dtype))
+
+
+# What the probe runs in a fresh process: a small kbert encoder block in
+# mixed_bfloat16, eagerly and in a traced training step (where TensorFlow's
+# graph rewriter fuses oneDNN matmuls, bias adds and GELU), with gradients.
+_PROBE = """
+import sys
+sys.path.insert(0, {root!r})
+import numpy as np
+import tensorflow as tf
+from kbert.layers.transformer_encoder import TransformerEncoder
+
+layer = TransformerEncoder(num_heads=2, intermediate_dim=32, dtype="mixed_bfloat16")
+x = np.random.default_rng(0).normal(size=(2, 8, 16)).astype("float32")
+layer(x, training=True)
+
+
+@tf.function
+def step(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.cast(layer(x, training=True), "float32"))
+    return tape.gradient(loss, layer.trainable_variables)
+
+
+step(x)
+print("bfloat16 ok")
+"""
+
+
+def bfloat16_crash():
+    """None where bfloat16 kernels run on this machine, else why not.
+
+    TensorFlow sends CPU bfloat16 matmuls to oneDNN wherever its own CPU check
+    says bfloat16 is supported, and on some CPUs that kernel kills the process
+    (a segmentation fault or abort, not an exception; seen when oneDNN's
+    instruction set is narrower than TensorFlow assumes). So on TensorFlow
+    without an accelerator, a small bfloat16 training step is first run in a
+    child process, once per machine and TensorFlow version (the answer is
+    kept in `$KBERT_HOME`). PyTorch, JAX and accelerators need no probe."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow" or _accelerator_bfloat16() is not None:
+        return None
+    return _tensorflow_bfloat16_crash()
+
+
+@functools.cache
+def _tensorflow_bfloat16_crash():
+    import tensorflow as tf
+
+    from kbert.presets.files import cache_dir
+
+    flags = hashlib.sha256(" ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
+    knobs = [os.environ.get(k, "") for k in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "TF_ENABLE_ONEDNN_OPTS")]
+    key = "|".join([tf.__version__, _cpu_model(), flags, *knobs])
+    path = os.path.join(cache_dir(), "bfloat16_probe.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            known = json.load(f)
+    except (OSError, ValueError):
+        known = {}
+    if key not in known:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        try:
+            death = run_probe(_PROBE.format(root=root), env={"KERAS_BACKEND": "tensorflow"})
+        except subprocess.TimeoutExpired:
+            death = None
+        # Only a killed process counts: a Python exception would be raised
+        # just as clearly by the model itself.
+        crashed = death is not None and death.startswith("killed")
+        known[key] = f"TensorFlow's bfloat16 kernels crash on this CPU ({death})" if crashed else None
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(known, f, indent=1)
+        except OSError:
+            pass  # a read-only home: probe again next time
+    return known[key]
+
+
+def run_probe(source, env=None, timeout=300):
+    """Run Python `source` in a fresh interpreter; None if it exits cleanly,
+    else how it died ("killed by SIGSEGV", "exit status 1: <last line>")."""
+    result = subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})},
+    )
+    if result.returncode == 0:
+        return None
+    if result.returncode < 0:
+        return f"killed by {signal.Signals(-result.returncode).name}"
+    last = (result.stderr.strip().splitlines() or [""])[-1]
+    return f"exit status {result.returncode}: {last}"
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""

@@ -60,7 +60,7 @@ def test_gradient_is_the_mask_times_the_scale():
     np.testing.assert_allclose(to_numpy(grad), to_numpy(y), rtol=1e-6)
 
 
-def test_mixed_bfloat16_keeps_bfloat16():
+def test_mixed_bfloat16_keeps_bfloat16(bfloat16):
     y = Dropout(0.1, dtype="mixed_bfloat16")(keras.ops.ones((4, 8, 16), dtype="bfloat16"), training=True)
     assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
 

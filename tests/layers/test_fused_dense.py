@@ -21,7 +21,7 @@ def test_equals_the_layer_then_the_activation(activation):
     np.testing.assert_allclose(to_numpy(fused_dense(layer, x, activation)), expected, atol=1e-5)
 
 
-def test_mixed_bfloat16_multiplies_in_bfloat16():
+def test_mixed_bfloat16_multiplies_in_bfloat16(bfloat16):
     layer = built_dense(dtype="mixed_bfloat16")
     x = np.random.default_rng(1).normal(size=(2, 7, 16)).astype("float32")
     y = fused_dense(layer, x, "gelu")

@@ -20,7 +20,7 @@ def tiny_backbone(dtype, vocabulary_size=tiny_run.VOCABULARY_SIZE, **kwargs):
                               intermediate_dim=64, max_sequence_length=32, dropout=0.0, dtype=dtype, **kwargs)
 
 
-def test_layer_norm_logits_and_loss_stay_float32_under_mixed_bfloat16():
+def test_layer_norm_logits_and_loss_stay_float32_under_mixed_bfloat16(bfloat16):
     backbone = tiny_backbone("mixed_bfloat16")
     model = kbert.BertClassifier(backbone, num_classes=2)
     model.compile()
@@ -45,12 +45,12 @@ def test_layer_norm_logits_and_loss_stay_float32_under_mixed_bfloat16():
     assert dtype(model.loss(keras.ops.array([0, 1]), logits)) == "float32"
 
 
-def test_mixed_precision_survives_get_config():
+def test_mixed_precision_survives_get_config(bfloat16):
     backbone = tiny_backbone("mixed_bfloat16")
     assert kbert.BertBackbone.from_config(backbone.get_config()).token_embedding.dtype_policy.name == "mixed_bfloat16"
 
 
-def test_attention_softmax_is_taken_in_float32_under_mixed_bfloat16():
+def test_attention_softmax_is_taken_in_float32_under_mixed_bfloat16(bfloat16):
     backbone = tiny_backbone("mixed_bfloat16")
     scores = backbone.attention_scores(random_inputs(2, 8, tiny_run.VOCABULARY_SIZE), 0)
     assert dtype(scores) == "float32"
@@ -70,7 +70,7 @@ def fine_tune(policy, texts, labels, preprocessor, epochs):
     return model.fit(texts, labels, batch_size=32, epochs=epochs, shuffle=False, verbose=0).history
 
 
-def test_bfloat16_fine_tuning_converges_like_float32(minilm_dir):
+def test_bfloat16_fine_tuning_converges_like_float32(minilm_dir, bfloat16):
     # 256 MR reviews, a tiny BERT from scratch (MiniLM's WordPiece vocabulary),
     # 10 epochs at 5e-3: it learns the set by heart (loss 0.69 -> 0.01-0.04 on
     # every backend, in float32 and in bfloat16; 8-16 s a run).
