@@ -121,15 +121,27 @@ class TransformerEncoder(keras.layers.Layer):
             # [batch, length, hidden] and [batch, 1, 1, length] elements, not
             # [batch, heads, length, length] (and add has no backward work).
             q = q * ops.cast(self.head_dim**-0.5, q.dtype)
-            logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32")
+            logits = ops.einsum("btnh,bsnh->bnts", q, k)
+            if not (return_attention_scores or self._bfloat16_softmax_is_exact(logits)):
+                logits = ops.cast(logits, "float32")
             if mask is not None:
-                logits = logits + ops.where(mask, 0.0, -1e9)
+                logits = logits + ops.cast(ops.where(mask, 0.0, -1e9), logits.dtype)
             scores = ops.softmax(logits, axis=-1)
             probs = self.attention_dropout(ops.cast(scores, v.dtype), training=training)
             context = ops.einsum("bnts,bsnh->btnh", probs, v)
         batch, length = ops.shape(queries)[0], ops.shape(queries)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
         return self._dense(self.attention_output, context), scores
+
+    @staticmethod
+    def _bfloat16_softmax_is_exact(logits):
+        """PyTorch's softmax of bfloat16 logits accumulates in float32 and
+        rounds once: the same probabilities as a float32 softmax cast to
+        bfloat16, without casting [batch, heads, length, length] to float32
+        and back (forward and backward). TensorFlow's does so only inside
+        oneDNN's kernel, so there the logits are cast. (The mask's bias, 0 or
+        -1e9, leaves unmasked logits exact in bfloat16.)"""
+        return keras.backend.backend() == "torch" and keras.backend.standardize_dtype(logits.dtype) == "bfloat16"
 
     def _dense(self, layer, x, activation=None):
         return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype)

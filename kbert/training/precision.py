@@ -206,7 +206,7 @@ def run_probe(source, env=None, timeout=300):
     """Run Python `source` in a fresh interpreter; None if it exits cleanly,
     else how it died ("killed by SIGSEGV", "exit status 1: <last line>")."""
     result = subprocess.run(
-        [sys.executable, "-c", source], capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=timeout, check=False,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})},
     )
     if result.returncode == 0:

@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 
@@ -19,6 +20,29 @@ def test_fused_attention_equals_explicit_softmax_attention():
     explicit, scores = layer(x, padding_mask=mask, return_attention_scores=True)
     np.testing.assert_allclose(fused, to_numpy(explicit), atol=1e-5)
     assert tuple(scores.shape) == (2, 4, 6, 6)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="the bfloat16 softmax is taken as is on PyTorch only")
+def test_training_attention_in_bfloat16_equals_the_float32_softmax(monkeypatch, bfloat16):
+    layer = built_encoder(dtype="mixed_bfloat16")
+    layer.dropout = 0.1  # the training path with probabilities and dropout ...
+    layer.attention_dropout.rate = layer.residual_dropout.rate = 0.0  # ... whose masks are identities here
+    x = keras.ops.convert_to_tensor(np.random.default_rng(5).normal(size=(2, 9, 16)).astype("float32"))
+    mask = np.array([[1] * 6 + [0] * 3, [1] * 9], "int32")
+
+    def output_and_input_gradient():
+        inputs = x.clone().requires_grad_()
+        y = layer(inputs, padding_mask=mask, training=True)
+        (y.float() * keras.ops.arange(16, dtype="float32")).sum().backward()
+        return to_numpy(keras.ops.cast(y, "float32")), to_numpy(inputs.grad)
+
+    taken_as_is = output_and_input_gradient()
+    monkeypatch.setattr(TransformerEncoder, "_bfloat16_softmax_is_exact", staticmethod(lambda logits: False))
+    cast_to_float32 = output_and_input_gradient()
+    np.testing.assert_array_equal(taken_as_is[0], cast_to_float32[0])  # the same probabilities
+    # The softmax's backward reads the probabilities rounded to bfloat16
+    # instead of float32: gradients agree to bfloat16's precision.
+    np.testing.assert_allclose(taken_as_is[1], cast_to_float32[1], rtol=2e-2, atol=2e-2 * np.abs(cast_to_float32[1]).max())
 
 
 def test_first_token_only_equals_the_first_row_of_the_whole_output():
