@@ -70,3 +70,39 @@ def test_schedule_and_adamw_are_the_ones_task_compile_uses():
 
     assert kbert.training.bert_adamw is task.bert_adamw
     assert kbert.training.WarmupLinearDecay is task.WarmupLinearDecay
+
+
+def train_small_model(optimizer, steps=8):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.LayerNormalization(),
+                              keras.layers.Dense(3)])
+    model.compile(optimizer, "sparse_categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(16 * steps, 8)).astype("float32"), rng.integers(0, 3, 16 * steps)
+    model.fit(x, y, batch_size=16, shuffle=False, verbose=0)
+    return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+@pytest.mark.parametrize("options", [{}, {"global_clipnorm": 0.1, "gradient_accumulation_steps": 2}])
+def test_kbert_adamw_updates_as_keras_adamw(options):
+    def adamw(cls):
+        schedule = kbert.training.WarmupLinearDecay(1e-2, total_steps=8, warmup_steps=2)
+        optimizer = cls(learning_rate=schedule, weight_decay=0.1, epsilon=1e-6, **options)
+        optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+        return optimizer
+
+    ours = adamw(kbert.training.AdamW)
+    trained = train_small_model(ours)
+    # On PyTorch one fused kernel: the same weights up to float32 rounding.
+    assert ours._fused() == (keras.backend.backend() == "torch")
+    assert int(ours.iterations) == 8 // options.get("gradient_accumulation_steps", 1)  # updates made
+    for a, b in zip(trained, train_small_model(adamw(keras.optimizers.AdamW))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_kbert_adamw_is_task_compiles_default_and_round_trips():
+    optimizer = kbert.training.fine_tuning_optimizer(100)
+    assert isinstance(optimizer, kbert.training.AdamW)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert type(restored) is kbert.training.AdamW
+    assert (restored.weight_decay, restored.epsilon) == (0.01, 1e-6)
