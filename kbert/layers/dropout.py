@@ -25,16 +25,40 @@ class Dropout(keras.layers.Dropout):
     """
 
     def call(self, inputs, training=False):
-        if not training or self.rate == 0 or self.noise_shape is not None or keras.backend.backend() == "jax":
-            return super().call(inputs, training=training)
-        if self.rate == 1:
+        if training and self.rate == 1:
             return ops.zeros_like(inputs)
+        if not (training and self.draws_its_own_mask()):
+            return super().call(inputs, training=training)
+        bits, threshold, scale = self._bits(inputs)
+        # One pass to make the scaled mask, one to apply it (and one back).
+        scale = ops.cast(scale, inputs.dtype)
+        return inputs * ops.where(bits >= threshold, scale, ops.zeros_like(scale))
+
+    def draws_its_own_mask(self):
+        """Whether `call` and `keep_mask` use the 16-bit mask (not Keras')."""
+        return 0 < self.rate < 1 and self.noise_shape is None and keras.backend.backend() != "jax"
+
+    def keep_mask(self, inputs):
+        """The training mask alone, for a caller that applies the scale where
+        it touches fewer elements (attention: on the values, not on the
+        probabilities): (1 where kept and 0 where dropped, in `inputs`' dtype;
+        the scale, 1 / the kept fraction). `inputs * mask * scale` is the
+        layer's output in training. Needs `draws_its_own_mask()`."""
+        bits, threshold, scale = self._bits(inputs)
+        if keras.backend.backend() == "torch":
+            import torch
+
+            # The comparison writes its 0 / 1 in the target dtype: one pass.
+            mask = torch.empty(bits.shape, dtype=inputs.dtype, device=inputs.device)
+            return torch.ge(bits, threshold, out=mask), scale
+        return ops.cast(bits >= threshold, inputs.dtype), scale
+
+    def _bits(self, inputs):
+        """16 random bits per element, the threshold below which an element
+        is dropped, and the scale of the kept ones."""
         dropped = round(self.rate * _LEVELS)
         bits = _random_int16(ops.shape(inputs), self.seed_generator)
-        keep = bits >= ops.cast(-(_LEVELS // 2) + dropped, "int16")
-        # One pass to make the scaled mask, one to apply it (and one back).
-        scale = ops.cast(_LEVELS / (_LEVELS - dropped), inputs.dtype)
-        return inputs * ops.where(keep, scale, ops.zeros_like(scale))
+        return bits, ops.cast(-(_LEVELS // 2) + dropped, "int16"), _LEVELS / (_LEVELS - dropped)
 
 
 def _random_int16(shape, seed_generator):

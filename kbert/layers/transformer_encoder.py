@@ -127,7 +127,16 @@ class TransformerEncoder(keras.layers.Layer):
             if mask is not None:
                 logits = logits + ops.cast(ops.where(mask, 0.0, -1e9), logits.dtype)
             scores = ops.softmax(logits, axis=-1)
-            probs = self.attention_dropout(ops.cast(scores, v.dtype), training=training)
+            probs = ops.cast(scores, v.dtype)
+            if dropout_active and keras.backend.backend() == "torch" and self.attention_dropout.draws_its_own_mask():
+                # (probs * mask * scale) @ v as (probs * mask) @ (v * scale):
+                # the scale touches [batch, length, hidden], not
+                # [batch, heads, length, length], and the 0/1 mask is
+                # written by the comparison itself.
+                mask01, scale = self.attention_dropout.keep_mask(probs)
+                probs, v = probs * mask01, v * ops.cast(scale, v.dtype)
+            else:
+                probs = self.attention_dropout(probs, training=training)
             context = ops.einsum("bnts,bsnh->btnh", probs, v)
         batch, length = ops.shape(queries)[0], ops.shape(queries)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))

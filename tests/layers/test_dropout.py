@@ -82,3 +82,17 @@ def test_any_shape_and_unknown_dimensions_in_a_tensorflow_graph():
 def test_config_round_trips():
     layer = Dropout(0.2, name="drop")
     assert Dropout.from_config(layer.get_config()).get_config() == layer.get_config()
+
+
+@pytest.mark.skipif(keras.backend.backend() == "jax", reason="on JAX the layer is Keras' dropout (no 16-bit mask)")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_keep_mask_is_the_training_mask_without_its_scale(dtype):
+    x = keras.ops.ones((3, 8, 64), dtype=dtype)
+    policy = "mixed_bfloat16" if dtype == "bfloat16" else dtype
+    y = Dropout(0.3, seed=7, dtype=policy)(x, training=True)
+    mask, scale = Dropout(0.3, seed=7, dtype=policy).keep_mask(x)  # same seed: same bits
+    assert keras.backend.standardize_dtype(mask.dtype) == dtype
+    mask = to_numpy(keras.ops.cast(mask, "float32"))
+    assert set(np.unique(mask)) == {0.0, 1.0}
+    assert scale == 2**16 / (2**16 - round(0.3 * 2**16))
+    np.testing.assert_allclose(to_numpy(keras.ops.cast(y, "float32")), mask * float(keras.ops.cast(scale, dtype)))

@@ -46,6 +46,47 @@ def test_training_attention_in_bfloat16_equals_the_float32_softmax(monkeypatch, 
     np.testing.assert_allclose(taken_as_is[1], cast_to_float32[1], rtol=2e-2, atol=2e-2 * scale)
 
 
+class FixedAttentionDropout(keras.layers.Layer):
+    """Attention dropout with a given mask and scale, applied to the probabilities."""
+
+    def __init__(self, mask, scale):
+        super().__init__()
+        self.mask, self.scale = mask, scale
+
+    def draws_its_own_mask(self):
+        return False
+
+    def call(self, probs, training=False):
+        return probs * keras.ops.convert_to_tensor(self.mask) * self.scale
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="the attention dropout's scale moves to the values on PyTorch only")
+def test_attention_dropout_scaling_the_values_equals_scaling_the_probabilities(monkeypatch):
+    layer = built_encoder()
+    layer.dropout = layer.attention_dropout.rate = 0.5  # the training path, with attention dropout ...
+    layer.residual_dropout.rate = 0.0  # ... only
+    x = np.random.default_rng(6).normal(size=(2, 5, 16)).astype("float32")
+    padding = np.array([[1, 1, 1, 0, 0], [1] * 5], "int32")
+    mask = (np.random.default_rng(7).random((2, 4, 5, 5)) > 0.5).astype("float32")
+
+    def output_and_gradient():
+        inputs = keras.ops.convert_to_tensor(x).requires_grad_()
+        y = layer(inputs, padding_mask=padding, training=True)
+        (y * keras.ops.arange(16, dtype="float32")).sum().backward()
+        return to_numpy(y), to_numpy(inputs.grad)
+
+    monkeypatch.setattr(layer.attention_dropout, "keep_mask", lambda probs: (keras.ops.convert_to_tensor(mask), 2.0))
+    on_the_values = output_and_gradient()
+    # (Past Keras' tracking, which locks a built layer.)
+    object.__setattr__(layer, "attention_dropout", FixedAttentionDropout(mask, 2.0))
+    on_the_probabilities = output_and_gradient()
+    for a, b in zip(on_the_values, on_the_probabilities):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # And the mask did drop something: without it the output differs.
+    object.__setattr__(layer, "attention_dropout", FixedAttentionDropout(np.ones_like(mask), 1.0))
+    assert np.abs(output_and_gradient()[0] - on_the_values[0]).max() > 1e-2
+
+
 def test_first_token_only_equals_the_first_row_of_the_whole_output():
     layer = built_encoder()
     x = np.random.default_rng(4).normal(size=(2, 7, 16)).astype("float32")
