@@ -122,7 +122,7 @@ class TransformerEncoder(keras.layers.Layer):
             # [batch, heads, length, length] (and add has no backward work).
             q = q * ops.cast(self.head_dim**-0.5, q.dtype)
             logits = ops.einsum("btnh,bsnh->bnts", q, k)
-            if not (return_attention_scores or self._bfloat16_softmax_is_exact(logits)):
+            if return_attention_scores or not self._bfloat16_softmax_is_exact(logits):
                 logits = ops.cast(logits, "float32")
             if mask is not None:
                 logits = logits + ops.cast(ops.where(mask, 0.0, -1e9), logits.dtype)
