@@ -40,7 +40,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 def bert_adamw(learning_rate, weight_decay=0.01):
     """AdamW as BERT fine-tunes: decay on weights, none on biases and LayerNorm
-    (`kbert.training.AdamW`: Keras' AdamW, fused into one kernel on PyTorch)."""
+    (`kbert.training.AdamW`: Keras' AdamW, updating in fused kernels)."""
     from kbert.training.adamw import AdamW  # kbert.training imports the task models
 
     optimizer = AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-6)
