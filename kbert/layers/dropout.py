@@ -12,8 +12,9 @@ class Dropout(keras.layers.Dropout):
 
     Keras draws a random float per element (on PyTorch through
     `bernoulli_`, a quarter of a BERT training step on a CPU); this layer
-    draws one 32-bit integer per two elements and compares each half with a
-    threshold, which is 2-3x cheaper. The rate is exact to 1/65,536 (0.1
+    draws one 32-bit integer per two elements (on PyTorch one 64-bit integer
+    per four) and compares each 16-bit part with a threshold: about half the
+    time (a 32 x 12 x 128 x 128 bfloat16 tensor on PyTorch: 47 -> 24 ms). The rate is exact to 1/65,536 (0.1
     drops 6,554 / 65,536 = 0.100006 of the elements) and kept elements are
     scaled by one over the exact keep fraction, so the expected output equals
     the input, as with Keras' dropout.
@@ -62,8 +63,11 @@ class Dropout(keras.layers.Dropout):
 
 
 def _random_int16(shape, seed_generator):
-    """Uniform int16 of `shape`: int32 draws over half the last axis, split."""
+    """Uniform int16 of `shape`: int32 draws over half the last axis, split
+    (on PyTorch, 64-bit draws over a quarter of it)."""
     last = shape[-1]
+    if keras.backend.backend() == "torch":
+        return _torch_random_int16(shape, seed_generator)
     half = (last + 1) // 2
     bits = keras.random.randint(
         (*shape[:-1], half), minval=-(2**31), maxval=2**31 - 1, dtype="int32", seed=seed_generator
@@ -78,3 +82,18 @@ def _random_int16(shape, seed_generator):
     else:
         halves = ops.view(bits, "int16")  # [..., 2 * half]
     return halves[..., :last]
+
+
+def _torch_random_int16(shape, seed_generator):
+    # PyTorch draws a full-range int64 (`random_(-2**63, None)`: two raw
+    # 32-bit words) in half the time per bit of a ranged int32 draw, which
+    # reduces every word modulo the range: 3.1M words' worth of bits in
+    # 5-6 ms instead of 12-13 ms. The generator is seeded as Keras seeds it.
+    import torch
+    from keras.src.backend.torch.core import get_device
+    from keras.src.backend.torch.random import torch_seed_generator
+
+    last = shape[-1]
+    words = torch.empty((*shape[:-1], (last + 3) // 4), dtype=torch.int64, device=get_device())
+    words.random_(-(2**63), None, generator=torch_seed_generator(seed_generator))
+    return words.view(torch.int16)[..., :last]
