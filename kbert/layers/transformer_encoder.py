@@ -152,6 +152,17 @@ class TransformerEncoder(keras.layers.Layer):
         -1e9, leaves unmasked logits exact in bfloat16.)"""
         return keras.backend.backend() == "torch" and keras.backend.standardize_dtype(logits.dtype) == "bfloat16"
 
+    def _residual(self, x, h, training):
+        """`x + dropout(h)`: on PyTorch in training one `addcmul` of the 0/1
+        mask and the scale (two passes fewer, forward and back)."""
+        dropout = self.residual_dropout
+        if training and keras.backend.backend() == "torch" and dropout.draws_its_own_mask():
+            import torch
+
+            mask01, scale = dropout.keep_mask(h)
+            return torch.addcmul(x, h, mask01, value=scale)
+        return x + dropout(h, training=training)
+
     def _dense(self, layer, x, activation=None):
         return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype)
 
@@ -160,10 +171,10 @@ class TransformerEncoder(keras.layers.Layer):
     ):
         queries = inputs[:, :1] if first_token_only else inputs
         attended, scores = self._attention(inputs, queries, padding_mask, training, return_attention_scores)
-        x = self.attention_layer_norm(queries + self.residual_dropout(attended, training=training))
+        x = self.attention_layer_norm(self._residual(queries, attended, training))
         h = self._dense(self.intermediate, x, activation=self.activation)
         h = self._dense(self.output_dense, h)
-        x = self.output_layer_norm(x + self.residual_dropout(h, training=training))
+        x = self.output_layer_norm(self._residual(x, h, training))
         if return_attention_scores:
             return x, scores
         return x

@@ -46,8 +46,8 @@ def test_training_attention_in_bfloat16_equals_the_float32_softmax(monkeypatch, 
     np.testing.assert_allclose(taken_as_is[1], cast_to_float32[1], rtol=2e-2, atol=2e-2 * scale)
 
 
-class FixedAttentionDropout(keras.layers.Layer):
-    """Attention dropout with a given mask and scale, applied to the probabilities."""
+class FixedDropout(keras.layers.Layer):
+    """Dropout with a given mask and scale, applied as the layer's call."""
 
     def __init__(self, mask, scale):
         super().__init__()
@@ -78,13 +78,35 @@ def test_attention_dropout_scaling_the_values_equals_scaling_the_probabilities(m
     monkeypatch.setattr(layer.attention_dropout, "keep_mask", lambda probs: (keras.ops.convert_to_tensor(mask), 2.0))
     on_the_values = output_and_gradient()
     # (Past Keras' tracking, which locks a built layer.)
-    object.__setattr__(layer, "attention_dropout", FixedAttentionDropout(mask, 2.0))
+    object.__setattr__(layer, "attention_dropout", FixedDropout(mask, 2.0))
     on_the_probabilities = output_and_gradient()
     for a, b in zip(on_the_values, on_the_probabilities):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     # And the mask did drop something: without it the output differs.
-    object.__setattr__(layer, "attention_dropout", FixedAttentionDropout(np.ones_like(mask), 1.0))
+    object.__setattr__(layer, "attention_dropout", FixedDropout(np.ones_like(mask), 1.0))
     assert np.abs(output_and_gradient()[0] - on_the_values[0]).max() > 1e-2
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="the residual's dropout and add are one op on PyTorch only")
+def test_residual_dropout_as_one_op_equals_dropout_then_add(monkeypatch):
+    layer = built_encoder()
+    layer.dropout = layer.residual_dropout.rate = 0.5  # the training path, with residual dropout only
+    x = np.random.default_rng(8).normal(size=(2, 5, 16)).astype("float32")
+    mask = (np.random.default_rng(9).random((2, 5, 16)) > 0.5).astype("float32")
+
+    def output_and_gradient():
+        inputs = keras.ops.convert_to_tensor(x).requires_grad_()
+        y = layer(inputs, training=True)
+        (y * keras.ops.arange(16, dtype="float32")).sum().backward()
+        return to_numpy(y), to_numpy(inputs.grad)
+
+    monkeypatch.setattr(layer.residual_dropout, "keep_mask", lambda h: (keras.ops.convert_to_tensor(mask), 2.0))
+    one_op = output_and_gradient()
+    object.__setattr__(layer, "residual_dropout", FixedDropout(mask, 2.0))
+    for a, b in zip(one_op, output_and_gradient()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    object.__setattr__(layer, "residual_dropout", FixedDropout(np.ones_like(mask), 1.0))
+    assert np.abs(output_and_gradient()[0] - one_op[0]).max() > 1e-2
 
 
 def test_first_token_only_equals_the_first_row_of_the_whole_output():
