@@ -24,7 +24,7 @@ GROUPS = (
     ("LayerNorm", ("layer_norm", "native_layer_norm")),
     ("dropout and random numbers", ("dropout", "bernoulli", "rand", "random", "uniform")),
     ("casts and copies", ("to", "_to_copy", "copy_", "clone", "contiguous")),
-    ("optimizer (AdamW)", ("_foreach", "addcdiv", "lerp", "sqrt", "mul_", "add_", "div_")),
+    ("optimizer (AdamW)", ("_fused_adamw_", "_foreach", "addcdiv", "lerp", "sqrt", "mul_", "add_", "div_")),
 )
 
 
