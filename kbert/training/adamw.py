@@ -1,4 +1,4 @@
-"""AdamW in fused kernels: PyTorch's fused AdamW, TensorFlow's ApplyAdam."""
+"""AdamW with PyTorch's fused kernel on the torch backend."""
 
 import math
 
@@ -7,24 +7,22 @@ import keras
 
 @keras.saving.register_keras_serializable(package="kbert")
 class AdamW(keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW`, updating in fused kernels: on PyTorch one
-    kernel per step (`torch._fused_adamw_`, what `torch.optim.AdamW(fused=True)`
-    runs), on TensorFlow one `ResourceApplyAdam` op per weight (outside
-    `tf.distribute`; the decay stays Keras' own pass). JAX keeps Keras' update,
-    which XLA fuses itself.
+    """`keras.optimizers.AdamW`; on PyTorch one fused kernel per step
+    (`torch._fused_adamw_`, what `torch.optim.AdamW(fused=True)` runs).
+    TensorFlow and JAX keep Keras' update.
 
-    Keras' update makes about a dozen passes over every weight and its two
-    moments (decay, two moment updates, square, square root, epsilon, scale,
-    divide, subtract); a fused kernel reads and writes each once. For BERT
+    Keras' PyTorch update makes about a dozen passes over every weight and its
+    two moments (decay, two moment updates, square, square root, epsilon,
+    scale, divide, subtract); the fused kernel reads and writes each once. For BERT
     fine-tuning the update is a few percent of a step on a CPU (the 30,522-row
     word embedding is updated densely).
 
     Same update as Keras: the decay `w -= learning_rate * weight_decay * w`
     first (none on the excluded variables), then Adam's. Keras adds epsilon to
     `sqrt(v)` before the bias correction of `v` and PyTorch after it, so the
-    kernel is given `epsilon / sqrt(1 - beta_2 ** step)` (TensorFlow's op
-    computes Keras' formula as it is). Variables, moments and checkpoints are
-    Keras'. `amsgrad`, and weights that are not float32, take Keras' update.
+    kernel is given `epsilon / sqrt(1 - beta_2 ** step)`. Variables, moments
+    and checkpoints are Keras'. `amsgrad`, and weights that are not float32,
+    take Keras' update.
 
     Args: as `keras.optimizers.AdamW`.
     """
@@ -38,30 +36,6 @@ class AdamW(keras.optimizers.AdamW):
             return False
         variables = self._trainable_variables if variables is None else variables
         return all(keras.backend.standardize_dtype(v.dtype) == "float32" for v in variables)
-
-    def update_step(self, gradient, variable, learning_rate):
-        # TensorFlow, outside tf.distribute: Adam's update as one op
-        # (ResourceApplyAdam computes Keras' formula) instead of ten.
-        if keras.backend.backend() != "tensorflow" or self.amsgrad:
-            return super().update_step(gradient, variable, learning_rate)
-        import tensorflow as tf
-
-        if tf.distribute.has_strategy() or variable.dtype != tf.float32:
-            return super().update_step(gradient, variable, learning_rate)
-        index = self._get_variable_index(variable)
-        step = tf.cast(self.iterations + 1, tf.float32)
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle,
-            m=self._momentums[index].value.handle,
-            v=self._velocities[index].value.handle,
-            beta1_power=tf.pow(tf.constant(self.beta_1, tf.float32), step),
-            beta2_power=tf.pow(tf.constant(self.beta_2, tf.float32), step),
-            lr=tf.cast(learning_rate, tf.float32),
-            beta1=tf.constant(self.beta_1, tf.float32),
-            beta2=tf.constant(self.beta_2, tf.float32),
-            epsilon=tf.constant(self.epsilon, tf.float32),
-            grad=tf.convert_to_tensor(tf.cast(gradient, tf.float32)),
-        )
 
     def _apply_weight_decay(self, variables):
         if not self._fused(variables):
