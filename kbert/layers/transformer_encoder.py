@@ -128,7 +128,7 @@ class TransformerEncoder(keras.layers.Layer):
                 logits = logits + ops.cast(ops.where(mask, 0.0, -1e9), logits.dtype)
             scores = ops.softmax(logits, axis=-1)
             probs = ops.cast(scores, v.dtype)
-            if dropout_active and keras.backend.backend() == "torch" and self.attention_dropout.draws_its_own_mask():
+            if self._mask_by_hand(self.attention_dropout, training):
                 # (probs * mask * scale) @ v as (probs * mask) @ (v * scale):
                 # the scale touches [batch, length, hidden], not
                 # [batch, heads, length, length], and the 0/1 mask is
@@ -155,13 +155,18 @@ class TransformerEncoder(keras.layers.Layer):
     def _residual(self, x, h, training):
         """`x + dropout(h)`: on PyTorch in training one `addcmul` of the 0/1
         mask and the scale (two passes fewer, forward and back)."""
-        dropout = self.residual_dropout
-        if training and keras.backend.backend() == "torch" and dropout.draws_its_own_mask():
+        if self._mask_by_hand(self.residual_dropout, training):
             import torch
 
-            mask01, scale = dropout.keep_mask(h)
+            mask01, scale = self.residual_dropout.keep_mask(h)
             return torch.addcmul(x, h, mask01, value=scale)
-        return x + dropout(h, training=training)
+        return x + self.residual_dropout(h, training=training)
+
+    @staticmethod
+    def _mask_by_hand(dropout, training):
+        """Whether to apply `dropout`'s 0/1 mask and scale here, fused with
+        the neighbouring op (PyTorch, in training, with kbert's own mask)."""
+        return bool(training) and keras.backend.backend() == "torch" and dropout.draws_its_own_mask()
 
     def _dense(self, layer, x, activation=None):
         return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype)

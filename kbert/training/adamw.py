@@ -13,9 +13,9 @@ class AdamW(keras.optimizers.AdamW):
 
     Keras' PyTorch update makes about a dozen passes over every weight and its
     two moments (decay, two moment updates, square, square root, epsilon,
-    scale, divide, subtract); the fused kernel reads and writes each once. For BERT
-    fine-tuning the update is a few percent of a step on a CPU (the 30,522-row
-    word embedding is updated densely).
+    scale, divide, subtract); the fused kernel reads and writes each once. For
+    BERT fine-tuning the update is a few percent of a step on a CPU (the
+    30,522-row word embedding is updated densely).
 
     Same update as Keras: the decay `w -= learning_rate * weight_decay * w`
     first (none on the excluded variables), then Adam's. Keras adds epsilon to

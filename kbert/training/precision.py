@@ -15,15 +15,20 @@ import warnings
 _BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
-def _cpu_flags():
+def _cpuinfo(field):
+    """The first CPU's `field` in Linux' /proc/cpuinfo ("" elsewhere)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                if line.startswith(field):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return set()
+    return ""
+
+
+def _cpu_flags():
+    return set(_cpuinfo("flags").split())
 
 
 def _accelerator_bfloat16():
@@ -101,11 +106,12 @@ def resolve_dtype(dtype):
             warnings.warn(f"dtype='auto' chose float32: {crash}", stacklevel=2)
             return "float32"
         return "mixed_bfloat16"
-    if "bfloat16" in _policy_name(dtype):
+    name = _policy_name(dtype)
+    if "bfloat16" in name:
         crash = bfloat16_crash()
         if crash:
             raise ValueError(
-                f"dtype={_policy_name(dtype)!r} can't run here: {crash}. Use dtype='float32' or 'auto', "
+                f"dtype={name!r} can't run here: {crash}. Use dtype='float32' or 'auto', "
                 "or the PyTorch backend (KERAS_BACKEND=torch), or set TF_ENABLE_ONEDNN_OPTS=0 before "
                 "TensorFlow is imported (slow bfloat16 kernels without oneDNN)."
             )
@@ -176,7 +182,7 @@ def _tensorflow_bfloat16_crash():
 
     flags = hashlib.sha256(" ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
     knobs = [os.environ.get(k, "") for k in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "TF_ENABLE_ONEDNN_OPTS")]
-    key = "|".join([tf.__version__, _cpu_model(), flags, *knobs])
+    key = "|".join([tf.__version__, _cpuinfo("model name"), flags, *knobs])
     path = os.path.join(cache_dir(), "bfloat16_probe.json")
     try:
         with open(path, encoding="utf-8") as f:
@@ -215,14 +221,3 @@ def run_probe(source, env=None, timeout=300):
         return f"killed by {signal.Signals(-result.returncode).name}"
     last = (result.stderr.strip().splitlines() or [""])[-1]
     return f"exit status {result.returncode}: {last}"
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
