@@ -1,38 +1,74 @@
-"""Finding a preset's files: a registered name, `hf://owner/name`, or a folder.
+"""Finding a preset's files: a registered name, `hf://owner/name[@revision]`, or a folder.
 
 Every kind of preset resolves to one local folder. Hugging Face's layout is
 `config.json`, `model.safetensors` (or `pytorch_model.bin`), `vocab.txt` and
 optionally `tokenizer_config.json`; kbert's own layout (written by
 `save_to_preset`) is `kbert_config.json`, `model.weights.h5`, `vocab.txt` and
 `tokenizer_config.json`.
+
+Downloads go through `huggingface_hub` into the shared Hugging Face cache
+(`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`), the
+one transformers and KerasHub use: a checkpoint either of them fetched is
+reused, files arrive whole or not at all (their size is checked against the
+hub's before they are named), `HF_TOKEN` is sent, and progress bars show.
+`HF_ENDPOINT` and the cache location are read at each call, not at import.
 """
 
 import json
 import os
-import shutil
-import tempfile
-import urllib.error
-import urllib.request
+import re
+import threading
+import time
+
+import huggingface_hub
+from huggingface_hub import constants as hub_constants
+from huggingface_hub import errors as hub_errors
+from huggingface_hub.utils import validate_repo_id
 
 from kbert.presets.registry import PRESETS
 
 HF_PREFIX = "hf://"
-HF_ENDPOINT = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+DEFAULT_ENDPOINT = "https://huggingface.co"
+HF_CONFIG = "config.json"
 KBERT_CONFIG = "kbert_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 VOCABULARY = "vocab.txt"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-DOWNLOAD_TIMEOUT_S = 20
+# A download that writes nothing for this long is given up (KBERT_DOWNLOAD_TIMEOUT
+# overrides it). huggingface_hub writes 10 MB at a time, so this is also the
+# slowest link that can fetch a file: 10 MB / 300 s, about 35 kB/s.
+STALL_TIMEOUT_S = 300
+# Git's rules for branch and tag names, narrowed: no `..`, which would also
+# escape the cache's refs/ folder, where huggingface_hub records a revision.
+_REVISION = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*")
 
 
 def cache_dir():
-    """Where downloaded presets live: `$KBERT_HOME`, else `~/.cache/kbert`."""
+    """Where kbert keeps its own files (e.g. the bfloat16 probe):
+    `$KBERT_HOME`, else `~/.cache/kbert`. Downloads go to `hf_cache_dir()`."""
     return os.environ.get("KBERT_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "kbert")
 
 
+def hf_cache_dir():
+    """The Hugging Face cache, found as huggingface_hub finds it, but now
+    rather than when huggingface_hub was imported."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.path.expanduser(os.path.expandvars(os.environ["HF_HUB_CACHE"]))
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
+    return os.path.join(os.path.expanduser(os.path.expandvars(home)), "hub")
+
+
+def hf_endpoint():
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
 def _offline():
-    return any(
-        os.environ.get(v, "").lower() in ("1", "true", "yes")
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import, and then refuses
+    # every request: that counts as offline too.
+    return hub_constants.HF_HUB_OFFLINE or any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
         for v in ("KBERT_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
     )
 
@@ -42,7 +78,8 @@ def get_preset_dir(preset):
 
     Args:
         preset: a registered name (`kbert.presets.list_presets()`), a Hugging
-            Face repository as `hf://owner/name`, or a local folder.
+            Face repository as `hf://owner/name` or `hf://owner/name@revision`
+            (a branch, tag or commit), or a local folder.
     """
     if not isinstance(preset, (str, os.PathLike)):
         raise TypeError(f"A preset is a name, `hf://owner/name` or a folder path; got {preset!r}.")
@@ -51,16 +88,33 @@ def get_preset_dir(preset):
         _check_folder(preset)
         return preset
     if preset.startswith(HF_PREFIX):
-        return _download(preset[len(HF_PREFIX):], lowercase=None)
+        return hub_snapshot(*parse_hf_preset(preset))
     if preset in PRESETS:
         entry = PRESETS[preset]
-        return _download(entry["hf_repo"], lowercase=entry["lowercase"], name=preset)
+        folder = hub_snapshot(entry["hf_repo"], name=preset)
+        _check_case(folder, preset, entry)
+        return folder
     if os.sep in preset or preset.startswith("."):
         raise FileNotFoundError(f'Preset folder "{preset}" does not exist.')
     raise ValueError(
         f'Unknown preset "{preset}". Known presets: {", ".join(PRESETS)}; '
         'or pass "hf://owner/name" for a Hugging Face repository, or a local folder.'
     )
+
+
+def parse_hf_preset(preset):
+    """`"hf://owner/name@revision"` -> `("owner/name", "revision")`; the
+    revision is None when not given. Refuses, before any request or file
+    access, names that are not Hugging Face repositories."""
+    repo, at, revision = preset[len(HF_PREFIX):].partition("@")
+    how = "Write hf://owner/name, or hf://owner/name@revision for a branch, tag or commit."
+    try:
+        validate_repo_id(repo)
+    except (hub_errors.HFValidationError, TypeError) as e:
+        raise ValueError(f'"{preset}" does not name a Hugging Face repository: {e} {how}') from None
+    if at and not (_REVISION.fullmatch(revision) and ".." not in revision):
+        raise ValueError(f'"{preset}" has an invalid revision "{revision}". {how}')
+    return repo, revision or None
 
 
 def is_kbert_layout(folder):
@@ -84,74 +138,220 @@ def load_json(folder, name, default=None):
         if default is not None:
             return default
         raise FileNotFoundError(f"Preset folder {folder} has no {name}.")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}). {how_to_replace(path)}"
+        ) from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). {how_to_replace(path)}") from None
+
+
+def how_to_replace(path):
+    """How to get a good copy of a preset file that is damaged."""
+    cache = os.path.join(os.path.realpath(hf_cache_dir()), "")
+    real = os.path.realpath(path)
+    if real.startswith(cache):
+        repo_folder = os.path.join(cache, os.path.relpath(real, cache).split(os.sep)[0])
+        return f"It was downloaded: delete {repo_folder} to download it again."
+    return "Replace it with the file from the checkpoint it belongs to."
 
 
 def _check_folder(folder):
     if is_kbert_layout(folder):
         return
-    if not os.path.exists(os.path.join(folder, "config.json")):
+    if not os.path.exists(os.path.join(folder, HF_CONFIG)):
         raise FileNotFoundError(
             f"Preset folder {folder} has neither config.json (Hugging Face layout) nor "
             f"{KBERT_CONFIG} (kbert layout, written by save_to_preset)."
         )
 
 
-def _repo_cache(repo):
-    return os.path.join(cache_dir(), "hf", repo.replace("/", "--"))
+def _check_case(folder, name, entry):
+    # The tokenizer lowercases unless tokenizer_config.json says otherwise, so
+    # a cased checkpoint whose tokenizer_config.json went missing would
+    # silently tokenize as uncased.
+    lowercase = load_json(folder, TOKENIZER_CONFIG, default={}).get("do_lower_case", True)
+    if lowercase != entry["lowercase"]:
+        raise ValueError(
+            f'Preset "{name}" is {"uncased" if entry["lowercase"] else "cased"}, but its '
+            f"{os.path.join(folder, TOKENIZER_CONFIG)} (missing means do_lower_case=true) says "
+            f"do_lower_case={str(lowercase).lower()}. {how_to_replace(os.path.join(folder, HF_CONFIG))}"
+        )
 
 
-def _complete(folder):
-    return (
-        os.path.exists(os.path.join(folder, "config.json"))
-        and os.path.exists(os.path.join(folder, VOCABULARY))
-        and any(os.path.exists(os.path.join(folder, w)) for w in WEIGHT_FILES)
-    )
-
-
-def _download(repo, lowercase, name=None):
-    folder = _repo_cache(repo)
-    if _complete(folder):
+def hub_snapshot(repo, revision=None, name=None):
+    """The folder in the Hugging Face cache holding `repo`'s config.json,
+    vocab.txt, tokenizer_config.json (if the repository has one) and weights,
+    all from one commit; downloaded if they are not all there already."""
+    revision = revision or "main"
+    cache = hf_cache_dir()
+    folder = _cached_snapshot(repo, revision, cache)
+    if folder:
         return folder
-    what = f'preset "{name}" ({repo})' if name else f"hf://{repo}"
-    how = (
-        f"To use it offline, download config.json, vocab.txt and model.safetensors "
-        f"(or pytorch_model.bin) from {HF_ENDPOINT}/{repo} into {folder}, "
-        "or pass the path of a folder holding them as the preset."
-    )
+    what = f'preset "{name}" (hf://{repo})' if name else f"hf://{repo}" + (f"@{revision}" if revision != "main" else "")
+    how = _how_to_fetch(repo, revision, cache)
     if _offline():
-        raise ConnectionError(f"Offline mode is on and {what} is not in the cache ({folder}). {how}")
-    os.makedirs(os.path.dirname(folder), exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".download-", dir=os.path.dirname(folder))
+        raise ConnectionError(f"Offline mode is on and {what} is not in the Hugging Face cache ({cache}). {how}")
+    storage = os.path.join(cache, "models--" + repo.replace("/", "--"))  # the cache's layout
+    return _without_stalls(lambda progress: _download(repo, revision, cache, what, how, progress), storage, what, how)
+
+
+def _cached_snapshot(repo, revision, cache):
+    """The snapshot folder if it already holds every file kbert reads, found
+    without a request from huggingface_hub's records (refs/, snapshots/, and
+    .no_exist/ for files the repository does not have); else None."""
+    found = {
+        name: huggingface_hub.try_to_load_from_cache(repo, name, cache_dir=cache, revision=revision)
+        for name in (HF_CONFIG, VOCABULARY, TOKENIZER_CONFIG, *WEIGHT_FILES)
+    }
+    complete = (
+        isinstance(found[HF_CONFIG], str)
+        and isinstance(found[VOCABULARY], str)
+        and found[TOKENIZER_CONFIG] is not None  # present, or known to be absent
+        and any(isinstance(found[w], str) for w in WEIGHT_FILES)
+    )
+    return os.path.dirname(found[HF_CONFIG]) if complete else None
+
+
+def _how_to_fetch(repo, revision, cache):
+    at = f" --revision {revision}" if revision != "main" else ""
+    return (
+        f"To use it offline, download config.json, vocab.txt, tokenizer_config.json (where the repository has "
+        f"one: without it the tokenizer lowercases) and model.safetensors (or pytorch_model.bin) from "
+        f"{hf_endpoint()}/{repo} into one folder and pass that folder as the preset; or, online, fill the "
+        f"Hugging Face cache ({cache}) with `hf download {repo} config.json vocab.txt tokenizer_config.json "
+        f"model.safetensors{at}` and copy it over."
+    )
+
+
+class _Progress:
+    """What the download thread is doing, for the stall watchdog."""
+
+    def __init__(self):
+        self.file = None
+        self.last = time.monotonic()
+
+    def start(self, filename):
+        self.file = filename
+        self.last = time.monotonic()
+
+
+def _without_stalls(download, storage, what, how):
+    """Runs `download(progress)` in a thread and gives up, with a clear error,
+    once it writes nothing for KBERT_DOWNLOAD_TIMEOUT seconds.
+
+    huggingface_hub's timeouts are per read and its retries start afresh
+    after any data, so a server that sends a byte now and then would hold a
+    load forever. Progress is read off the partial files (`*.incomplete`) it
+    writes into the cache's blobs/ folder, which every huggingface_hub
+    version does. A download given up on goes on in its daemon thread until
+    huggingface_hub's own timeouts end it; it never names a partial file.
+    """
+    stall_s = float(os.environ.get("KBERT_DOWNLOAD_TIMEOUT") or STALL_TIMEOUT_S)
+    progress, outcome = _Progress(), {}
+
+    def run():
+        try:
+            outcome["folder"] = download(progress)
+        except BaseException as e:  # handed to the caller's thread as is
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name=f"kbert download {what}", daemon=True)
+    thread.start()
+    written = _partial_files(storage)
+    while thread.is_alive():
+        thread.join(min(1.0, stall_s / 4))
+        now_written = _partial_files(storage)
+        if now_written != written:
+            written, progress.last = now_written, time.monotonic()
+        if thread.is_alive() and time.monotonic() - progress.last > stall_s:
+            raise TimeoutError(
+                f"Downloading {progress.file} of {what} from {hf_endpoint()} made no progress for {stall_s:g} s, "
+                "so it was given up; nothing partial was kept. Run it again, or raise KBERT_DOWNLOAD_TIMEOUT "
+                f"(seconds, now {stall_s:g}) on a slow connection. {how}"
+            )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["folder"]
+
+
+def _partial_files(storage):
+    blobs = os.path.join(storage, "blobs")
     try:
-        for filename in ("config.json", VOCABULARY):
-            _fetch(repo, filename, staging, what, how)
-        _fetch(repo, TOKENIZER_CONFIG, staging, what, how, optional=True)
-        if not _fetch(repo, WEIGHT_FILES[0], staging, what, how, optional=True):
-            _fetch(repo, WEIGHT_FILES[1], staging, what, how)
-        if lowercase is not None and not os.path.exists(os.path.join(staging, TOKENIZER_CONFIG)):
-            with open(os.path.join(staging, TOKENIZER_CONFIG), "w") as f:
-                json.dump({"do_lower_case": lowercase}, f)
-        # A folder appears in the cache only once every file is in it, so an
-        # interrupted download is never mistaken for a complete one.
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        return {e.name: e.stat().st_size for e in os.scandir(blobs) if e.name.endswith(".incomplete")}
+    except OSError:
+        return {}
+
+
+def _download(repo, revision, cache, what, how, progress):
+    endpoint = hf_endpoint()
+
+    def fetch(filename, revision, optional=False):
+        progress.start(filename)
+        try:
+            return huggingface_hub.hf_hub_download(
+                repo, filename, revision=revision, cache_dir=cache, endpoint=endpoint,
+                etag_timeout=float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or 10), library_name="kbert",
+            )
+        except Exception as e:
+            if optional and _is_missing_file(e):
+                return None
+            explained = _explain(e, repo, revision, filename, endpoint, what, how)
+            if explained is e:
+                raise
+            raise explained from e
+
+    folder = os.path.dirname(fetch(HF_CONFIG, revision))
+    # The rest from the commit config.json came from, even if the branch moves meanwhile.
+    commit = os.path.basename(folder)
+    fetch(VOCABULARY, commit)
+    fetch(TOKENIZER_CONFIG, commit, optional=True)
+    if fetch(WEIGHT_FILES[0], commit, optional=True) is None:
+        fetch(WEIGHT_FILES[1], commit)
     return folder
 
 
-def _fetch(repo, filename, folder, what, how, optional=False):
-    url = f"{HF_ENDPOINT}/{repo}/resolve/main/{filename}"
-    try:
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-            with open(os.path.join(folder, filename), "wb") as f:
-                shutil.copyfileobj(response, f, length=1 << 20)
-        return True
-    except urllib.error.HTTPError as e:
-        if optional and e.code == 404:
-            return False
-        raise ConnectionError(f"Downloading {what}: {url} answered HTTP {e.code}. {how}") from e
-    except (urllib.error.URLError, OSError) as e:
-        raise ConnectionError(f"Could not download {what} from {url} ({e}). {how}") from e
+def _is_missing_file(error):
+    return isinstance(error, hub_errors.EntryNotFoundError) and not isinstance(
+        error, hub_errors.LocalEntryNotFoundError
+    )
+
+
+def _explain(error, repo, revision, filename, endpoint, what, how):
+    """A kbert error saying what went wrong with huggingface_hub's `error`
+    and what to do about it; `error` itself if it is not about the download."""
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    page = f"{endpoint}/{repo}"
+    if isinstance(error, hub_errors.GatedRepoError):
+        return PermissionError(
+            f"{what} is gated: accept its conditions at {page} while logged in, then set HF_TOKEN to an "
+            "access token of that account (https://huggingface.co/settings/tokens)."
+        )
+    if status == 401:
+        return PermissionError(
+            f"{endpoint} refused {what} (HTTP 401): the repository is private or gated and needs a token, "
+            "or it does not exist. Set HF_TOKEN to an access token that can read it "
+            f"(https://huggingface.co/settings/tokens), and check the name at {page}."
+        )
+    if isinstance(error, hub_errors.RepositoryNotFoundError):
+        return FileNotFoundError(f"{what} does not exist: {endpoint} has no repository {repo} (HTTP {status}).")
+    if isinstance(error, hub_errors.RevisionNotFoundError):
+        return FileNotFoundError(
+            f'{what}: repository {repo} has no revision "{revision}" (a branch, tag or commit); see {page}/tree.'
+        )
+    if _is_missing_file(error):
+        return FileNotFoundError(
+            f"{what} has no {filename} at revision {revision}: kbert reads BERT checkpoints in Hugging Face's "
+            f"layout (config.json, vocab.txt, model.safetensors or pytorch_model.bin); see {page}."
+        )
+    if isinstance(error, (OSError, hub_errors.HfHubHTTPError)) or type(error).__module__.split(".")[0] in (
+        "httpx", "httpx2", "requests", "urllib3", "huggingface_hub",
+    ):
+        return ConnectionError(
+            f"Downloading {filename} of {what} from {endpoint} failed ({type(error).__name__}: {error}). "
+            f"Nothing partial was kept: run it again to retry. {how}"
+        )
+    return error

@@ -8,14 +8,28 @@ the transposes.
 
 import numpy as np
 
+from kbert.presets.files import how_to_replace
+
 T = "transpose"
 
 
-def backbone_config(hf_config):
-    """kbert `BertBackbone` arguments from a Hugging Face `config.json` dict."""
+_REQUIRED = ("vocab_size", "num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size")
+
+
+def backbone_config(hf_config, source="config.json"):
+    """kbert `BertBackbone` arguments from a Hugging Face `config.json` dict
+    (read from `source`, named in errors)."""
+    if not isinstance(hf_config, dict):
+        raise ValueError(f"{source} holds a JSON {type(hf_config).__name__}, not an object of settings.")
+    missing = [key for key in _REQUIRED if key not in hf_config]
+    if missing:
+        raise ValueError(
+            f"{source} lacks {', '.join(missing)}: a BERT config.json sets {', '.join(_REQUIRED)}. "
+            "Use the config.json that came with these weights."
+        )
     model_type = hf_config.get("model_type", "bert")
     if model_type != "bert":
-        raise ValueError(f'config.json describes a "{model_type}" model; kbert loads BERT ("bert") checkpoints.')
+        raise ValueError(f'{source} describes a "{model_type}" model; kbert loads BERT ("bert") checkpoints.')
     position_type = hf_config.get("position_embedding_type", "absolute")
     if position_type != "absolute":
         raise ValueError(
@@ -82,7 +96,12 @@ def read_checkpoint(path):
     if path.endswith(".safetensors"):
         from safetensors.numpy import load_file
 
-        tensors = load_file(path)
+        try:
+            tensors = load_file(path)
+        except Exception as e:  # safetensors raises its own SafetensorError, or OSError
+            raise ValueError(
+                f"{path} is not a readable safetensors file ({type(e).__name__}: {e}). {how_to_replace(path)}"
+            ) from e
     else:
         try:
             import torch
@@ -91,7 +110,12 @@ def read_checkpoint(path):
                 f"{path} is a PyTorch checkpoint; reading it needs `pip install torch`, "
                 "or convert it to model.safetensors."
             ) from e
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except (RuntimeError, OSError, EOFError, ValueError) as e:
+            raise ValueError(
+                f"{path} is not a readable PyTorch checkpoint ({type(e).__name__}: {e}). {how_to_replace(path)}"
+            ) from e
         tensors = {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
     return {_modern_name(k): v for k, v in tensors.items()}
 

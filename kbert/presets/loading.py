@@ -14,14 +14,23 @@ _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "in
 def backbone_config(folder):
     """The `BertBackbone` config of a preset folder (either layout)."""
     if files.is_kbert_layout(folder):
-        return dict(files.load_json(folder, files.KBERT_CONFIG)["backbone"])
-    return huggingface.backbone_config(files.load_json(folder, "config.json"))
+        saved = files.load_json(folder, files.KBERT_CONFIG)
+        if not isinstance(saved, dict) or not isinstance(saved.get("backbone"), dict):
+            raise ValueError(
+                f'{os.path.join(folder, files.KBERT_CONFIG)} has no "backbone" entry; save_to_preset writes one. '
+                f"{files.how_to_replace(os.path.join(folder, files.KBERT_CONFIG))}"
+            )
+        return dict(saved["backbone"])
+    path = os.path.join(folder, files.HF_CONFIG)
+    return huggingface.backbone_config(files.load_json(folder, files.HF_CONFIG), source=path)
 
 
 def checked_backbone_config(folder, preset, overrides):
     """The preset's backbone config with `overrides`, which must leave the
-    architecture (fixed by the weights) alone."""
+    architecture (fixed by the weights) alone; its vocab.txt, if any, must
+    have one line per token id of the config."""
     config = backbone_config(folder)
+    check_vocabulary(folder, config["vocabulary_size"])
     changed = [k for k in overrides if k in _ARCHITECTURE and overrides[k] != config.get(k)]
     if changed:
         raise ValueError(
@@ -30,6 +39,28 @@ def checked_backbone_config(folder, preset, overrides):
         )
     config.update(overrides)
     return config
+
+
+def check_vocabulary(folder, vocabulary_size):
+    """Refuses a vocab.txt whose number of lines is not the config's
+    vocabulary size: a cut download or another model's vocabulary, which
+    would otherwise tokenize silently into the wrong ids."""
+    path = os.path.join(folder, files.VOCABULARY)
+    if not os.path.exists(path):
+        return
+    try:
+        # Text mode splits lines as the tokenizer's reader does.
+        with open(path, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). {files.how_to_replace(path)}") from None
+    if lines != vocabulary_size:
+        config = files.KBERT_CONFIG if files.is_kbert_layout(folder) else files.HF_CONFIG
+        raise ValueError(
+            f"{path} has {lines} tokens (lines), but {os.path.join(folder, config)} says the model has "
+            f"{vocabulary_size} (vocab_size): the vocabulary is cut short or belongs to another model. "
+            f"{files.how_to_replace(path)}"
+        )
 
 
 def load_backbone(cls, preset, **overrides):

@@ -2,8 +2,9 @@
 
 # Each entry names the Hugging Face repository that holds Google's weights and
 # the architecture, so that `list_presets()` can describe a preset without
-# downloading it. The architecture is checked against the downloaded
-# `config.json` when the preset is loaded.
+# downloading it. Loading reads the architecture from the downloaded
+# `config.json`; whether the preset is cased is checked against its
+# `tokenizer_config.json` (`files.get_preset_dir`).
 _MINIATURE = "google/bert_uncased_L-{layers}_H-{hidden}_A-{heads}"
 
 

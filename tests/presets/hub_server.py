@@ -1,0 +1,111 @@
+"""A Hugging Face hub on 127.0.0.1, answering as the real one does for what
+huggingface_hub's `hf_hub_download` asks: HEAD and GET on
+`/{repo}/resolve/{revision}/{filename}`, with `ETag`, `X-Repo-Commit`,
+`Content-Length`, and `X-Error-Code` on errors. It can cut a body short,
+stall, and demand a token, and it records every request."""
+
+import hashlib
+import http.server
+import re
+import threading
+import urllib.parse
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+_PATH = re.compile(r"/(?P<repo>[^/]+(?:/[^/]+)?)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)")
+
+
+class HubServer:
+    """`repos` maps "owner/name" to {filename: bytes}; its files are at
+    revision "main", at `COMMIT`, and at every name in `revisions`."""
+
+    def __init__(self, repos, revisions=()):
+        self.repos = repos
+        self.revisions = {"main", COMMIT, *revisions}
+        self.requests = []  # (method, path), in order
+        self.truncate = set()  # filenames whose GET sends half the body, then hangs up
+        self.stall = set()  # filenames whose GET sends the headers, then nothing
+        self.trickle = set()  # filenames whose GET sends a byte every 0.2 s
+        self.token = None  # when set, every request needs "Authorization: Bearer <token>"
+        self._released = threading.Event()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._released.set()  # lets stalled responses end
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def answer(self, handler, method):
+        self.requests.append((method, handler.path))
+        match = _PATH.fullmatch(urllib.parse.urlsplit(handler.path).path)
+        if self.token and handler.headers.get("Authorization") != f"Bearer {self.token}":
+            # The hub says 401 both for a private or gated repository without a
+            # token and for one that does not exist.
+            return self._error(handler, 401, "RepoNotFound")
+        if not match or match["repo"] not in self.repos:
+            return self._error(handler, 404, "RepoNotFound")
+        if urllib.parse.unquote(match["revision"]) not in self.revisions:
+            return self._error(handler, 404, "RevisionNotFound")
+        body = self.repos[match["repo"]].get(urllib.parse.unquote(match["filename"]))
+        if body is None:
+            return self._error(handler, 404, "EntryNotFound", commit=True)
+        handler.send_response(200)
+        handler.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()}"')
+        handler.send_header("X-Repo-Commit", COMMIT)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        if method == "HEAD":
+            return
+        filename = match["filename"]
+        if filename in self.stall:
+            handler.wfile.flush()
+            self._released.wait(30)
+            handler.close_connection = True
+        elif filename in self.trickle:
+            for i in range(len(body)):
+                handler.wfile.write(body[i:i + 1])
+                handler.wfile.flush()
+                if self._released.wait(0.2):
+                    break
+            handler.close_connection = True
+        elif filename in self.truncate:
+            handler.wfile.write(body[: len(body) // 2])
+            handler.wfile.flush()
+            handler.close_connection = True
+        else:
+            handler.wfile.write(body)
+
+    @staticmethod
+    def _error(handler, status, code, commit=False):
+        handler.send_response(status)
+        handler.send_header("X-Error-Code", code)
+        if commit:
+            handler.send_header("X-Repo-Commit", COMMIT)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+
+def _handler(hub):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_HEAD(self):
+            hub.answer(self, "HEAD")
+
+        def do_GET(self):
+            hub.answer(self, "GET")
+
+        def log_message(self, *args):
+            pass
+
+    return Handler

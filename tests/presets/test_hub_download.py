@@ -1,0 +1,147 @@
+"""Downloading `hf://` presets through huggingface_hub, against a local
+hub-like server: the cache, cut and stalled downloads, tokens, revisions."""
+
+import os
+import time
+
+import huggingface_hub
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import kbert
+from kbert.presets import get_preset_dir
+from tests.helpers import to_numpy
+from tests.presets.hub_server import COMMIT, HubServer
+
+REPO = "hf://owner/tiny-bert"
+VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "film", "good", "bad", "##ly", "beautiful"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A random tiny BERT's files in Hugging Face's layout, and the model."""
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    config = transformers.BertConfig(
+        vocab_size=len(VOCABULARY), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=32,
+    )
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    model.save_pretrained(folder)
+    (folder / "vocab.txt").write_text("".join(token + "\n" for token in VOCABULARY))
+    files = {name: (folder / name).read_bytes() for name in ("config.json", "model.safetensors", "vocab.txt")}
+    return files, model
+
+
+@pytest.fixture
+def hf_cache(tmp_path, monkeypatch):
+    """Online, with an empty Hugging Face cache of its own and no token."""
+    for name in ("KBERT_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    # huggingface_hub read these when imported; a developer's offline setting
+    # or saved token must not leak into these tests.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no_token"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    return tmp_path / "hf_home" / "hub"
+
+
+@pytest.fixture
+def hub(tiny_bert, hf_cache, monkeypatch):
+    files, _ = tiny_bert
+    no_vocabulary = {k: v for k, v in files.items() if k != "vocab.txt"}
+    with HubServer({"owner/tiny-bert": dict(files), "owner/no-vocab": no_vocabulary}, revisions=["v1"]) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+def test_first_call_downloads_with_progress_bars_and_the_second_makes_no_request(hub, tiny_bert, capfd, monkeypatch):
+    monkeypatch.setenv("TQDM_POSITION", "-1")  # progress bars, though stderr is no terminal here
+    backbone = kbert.BertBackbone.from_preset(REPO)
+    assert "model.safetensors" in capfd.readouterr().err
+    assert ("GET", f"/owner/tiny-bert/resolve/{COMMIT}/model.safetensors") in hub.requests
+    requests = len(hub.requests)
+
+    again = kbert.BertBackbone.from_preset(REPO)
+    assert len(hub.requests) == requests
+    expected = tiny_bert[1].embeddings.word_embeddings.weight.detach().numpy()
+    for model in (backbone, again):
+        np.testing.assert_array_equal(to_numpy(model.token_embedding.embeddings), expected)
+
+
+def test_truncated_body_is_never_cached_and_the_next_call_downloads_it_whole(hub, hf_cache, tiny_bert):
+    hub.truncate.add("model.safetensors")
+    with pytest.raises(ConnectionError, match=r"Downloading model\.safetensors of hf://owner/tiny-bert .*run it again"):
+        get_preset_dir(REPO)
+    assert not list(hf_cache.rglob("model.safetensors"))
+    assert not [p for p in hf_cache.rglob("blobs/*") if p.stat().st_size == len(tiny_bert[0]["model.safetensors"]) // 2]
+
+    hub.truncate.clear()
+    folder = get_preset_dir(REPO)
+    with open(os.path.join(folder, "model.safetensors"), "rb") as f:
+        assert f.read() == tiny_bert[0]["model.safetensors"]
+
+
+@pytest.mark.parametrize(("preset", "message"), [
+    ("hf://owner/nothing", r"hf://owner/nothing does not exist: .* has no repository owner/nothing \(HTTP 404\)"),
+    ("hf://owner/no-vocab", r"hf://owner/no-vocab has no vocab\.txt"),
+])
+def test_missing_repository_or_file_says_what_does_not_exist(hub, preset, message):
+    with pytest.raises(FileNotFoundError, match=message):
+        get_preset_dir(preset)
+
+
+@pytest.mark.parametrize("how", ["stall", "trickle"])
+def test_stalled_download_fails_within_the_timeout(hub, monkeypatch, how):
+    monkeypatch.setenv("KBERT_DOWNLOAD_TIMEOUT", "1")
+    getattr(hub, how).add("model.safetensors")
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"Downloading model\.safetensors .* no progress for 1 s.*KBERT_DOWNLOAD_TIMEOUT"):
+        get_preset_dir(REPO)
+    assert time.monotonic() - start < 4
+
+
+def test_401_names_hf_token_and_the_token_is_sent(hub, monkeypatch):
+    hub.token = "hf_secret"
+    with pytest.raises(PermissionError, match=r"HTTP 401.*Set HF_TOKEN"):
+        get_preset_dir(REPO)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    assert os.path.exists(os.path.join(get_preset_dir(REPO), "model.safetensors"))
+
+
+def test_checkpoint_already_in_the_hf_cache_is_reused_without_a_request(hub, hf_cache, monkeypatch):
+    # As transformers' BertModel and BertTokenizer leave the cache.
+    for name in ("config.json", "vocab.txt", "tokenizer_config.json", "model.safetensors"):
+        try:
+            huggingface_hub.hf_hub_download("owner/tiny-bert", name, cache_dir=hf_cache, endpoint=hub.url)
+        except huggingface_hub.errors.EntryNotFoundError:
+            pass  # recorded in the cache as absent, as transformers leaves it
+    hub.requests.clear()
+    folder = get_preset_dir(REPO)
+    assert hub.requests == [] and os.path.basename(folder) == COMMIT
+    monkeypatch.setenv("KBERT_OFFLINE", "1")
+    assert get_preset_dir(REPO) == folder
+
+
+@pytest.mark.parametrize("preset", ["hf://.", "hf://..", "hf://../x", "hf://owner/../..", "hf://", "hf://owner/name@../../x"])
+def test_invalid_repository_names_are_refused_before_any_request_and_nothing_is_deleted(hub, hf_cache, preset):
+    kept = [hf_cache / "models--owner--name" / "kept", hf_cache / "kept", hf_cache.parent / "kept"]
+    for path in kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("kept")
+    with pytest.raises(ValueError, match=r"Write hf://owner/name, or hf://owner/name@revision"):
+        get_preset_dir(preset)
+    assert hub.requests == []
+    assert all(path.read_text() == "kept" for path in kept)
+
+
+def test_revision_is_passed_through_and_a_missing_one_is_named(hub):
+    folder = get_preset_dir(REPO + "@v1")
+    assert ("HEAD", "/owner/tiny-bert/resolve/v1/config.json") in hub.requests
+    assert os.path.basename(folder) == COMMIT
+    hub.requests.clear()
+    assert get_preset_dir(f"{REPO}@{COMMIT}") == folder and hub.requests == []
+    with pytest.raises(FileNotFoundError, match=r'has no revision "v2"'):
+        get_preset_dir(REPO + "@v2")
