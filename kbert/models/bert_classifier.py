@@ -1,8 +1,9 @@
 import keras
+import tensorflow as tf
 
 from kbert.layers import Dropout
 from kbert.models.bert_backbone import bert_initializer
-from kbert.models.task import Task
+from kbert.models.task import Task, serving_text
 from kbert.presets.huggingface import T
 
 
@@ -48,6 +49,26 @@ class BertClassifier(Task):
         self.num_classes = num_classes
         self.dropout = dropout
         self.class_names = list(class_names) if class_names is not None else None
+
+    takes_pairs = True
+
+    def _class_names(self):
+        return self.class_names or [str(i) for i in range(self.num_classes)]
+
+    def _answering(self, pairs=False, top_k=5):
+        preprocessor = self._batch_preprocessor()
+        names = tf.constant(self._class_names())
+
+        def preprocess(*texts):
+            return preprocessor(texts if len(texts) > 1 else texts[0]), None
+
+        def postprocess(logits, _):
+            logits = tf.cast(logits, tf.float32)
+            label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), "label_id": label_id,
+                    "label": tf.gather(names, label_id)}
+
+        return preprocess, postprocess, [serving_text(), serving_text("text_pair")][:2 if pairs else 1], None
 
     def task_config(self):
         return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}

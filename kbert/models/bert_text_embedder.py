@@ -1,9 +1,10 @@
 import os
 
 import keras
+import tensorflow as tf
 from keras import ops
 
-from kbert.models.task import Task
+from kbert.models.task import Task, serving_text
 from kbert.presets import files
 
 
@@ -45,6 +46,12 @@ class BertTextEmbedder(Task):
         self._finish_init(backbone, preprocessor)
         self.pooling = pooling
         self.normalize = normalize
+
+    def _answering(self, pairs=False, top_k=5):
+        preprocessor = self._batch_preprocessor()
+        return (lambda text: (preprocessor(text), None),
+                lambda embedding, _: {"embedding": tf.cast(embedding, tf.float32)},
+                [serving_text()], None)
 
     def task_config(self):
         return {"pooling": self.pooling, "normalize": self.normalize}

@@ -2,6 +2,9 @@
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import warnings
 
 import keras
@@ -9,87 +12,51 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.models.bert_backbone import BertBackbone
+from kbert import serving
 from kbert.presets import files, huggingface, loading
 from kbert.text import BertPreprocessor
+from kbert.text.pipeline import map_batches, steps, take, text_tensor
+from kbert.training.distribution import DistributedTraining
+from kbert.training.optimizers import bert_adamw
+from kbert.training.schedules import WarmupLinearDecay
 
 TASK_WEIGHTS = "task.weights.h5"
 
-
-@keras.saving.register_keras_serializable(package="kbert")
-class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """BERT's learning rate (§A.2, §A.3): linear warm-up from 0 to `peak` over
-    `warmup_steps`, then linear decay to 0 at `total_steps`, counted from the
-    optimizer step `start_step`."""
-
-    def __init__(self, peak, total_steps, warmup_steps, start_step=0):
-        self.peak = peak
-        self.total_steps = int(total_steps)
-        self.warmup_steps = int(warmup_steps)
-        self.start_step = int(start_step)
-
-    def __call__(self, step):
-        step = keras.ops.cast(step, "float32") - self.start_step
-        warmup = step / self.warmup_steps if self.warmup_steps else 1.0
-        decay = (self.total_steps - step) / max(self.total_steps - self.warmup_steps, 1)
-        return self.peak * keras.ops.clip(keras.ops.minimum(warmup, decay), 0.0, 1.0)
-
-    def get_config(self):
-        return {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,
-                "start_step": self.start_step}
+# A model trained on JAX or PyTorch is exported by a TensorFlow process that
+# loads it from a preset: argv is preset, path, pairs, top_k.
+_EXPORT_IN_TENSORFLOW = """
+import sys
+from kbert.models.task import load_task
+preset, path, pairs, top_k = sys.argv[1:]
+load_task(preset).export(path, pairs=pairs == "True", top_k=int(top_k))
+"""
 
 
-def bert_adamw(learning_rate, weight_decay=0.01):
-    """AdamW as BERT fine-tunes: decay on weights, none on biases and LayerNorm
-    (`kbert.training.AdamW`: Keras' AdamW, updating in fused kernels)."""
-    from kbert.training.adamw import AdamW  # kbert.training imports the task models
-
-    optimizer = AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-6)
-    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-    return optimizer
-
-
-def _text_tensor(x):
-    """Raw text input as string tensors: a list or array of strings, or a
-    tuple of two of them (sentence pairs)."""
-    if isinstance(x, tuple):
-        return tuple(_text_tensor(v) for v in x)
-    if isinstance(x, (str, bytes)):
-        raise ValueError("Got a single string where a batch was expected; pass a list of strings: [text].")
-    x = tf.constant(x if isinstance(x, (np.ndarray, tf.Tensor)) else list(x))
-    if x.shape.rank and x.shape[0] == 0:
-        raise ValueError("Got no texts: the data set is empty. Pass at least one example.")
-    if x.dtype != tf.string:
-        raise ValueError(f"Expected text (strings) as input, got {x.dtype.name} values.")
-    return x
+def load_task(folder):
+    """The task model saved in a kbert preset folder, whatever its class."""
+    task = (files.load_json(folder, files.KBERT_CONFIG).get("task") or {}).get("class")
+    cls = keras.saving.get_registered_object(f"kbert>{task}") if task else None
+    if cls is None:
+        raise ValueError(f"{folder} holds no kbert task model (its {files.KBERT_CONFIG} names none); "
+                         "save one with model.save_to_preset(folder).")
+    return cls.from_preset(folder)
 
 
-def map_batches(dataset, preprocess):
-    """`dataset.map(preprocess)` in parallel, prefetched. The preprocessing is
-    TensorFlow ops already, so autograph is off: it would only re-read (and
-    re-convert) the Python source at every trace."""
-    preprocess = tf.autograph.experimental.do_not_convert(preprocess)
-    return dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+def serving_text(name="text"):
+    """The input signature of a batch of strings, named as the served input."""
+    return tf.TensorSpec([None], tf.string, name=name)
 
 
-def _take(x, order):
-    """Rows `order` of raw input: texts, pairs of texts, labels or weights."""
-    if x is None:
-        return None
-    if isinstance(x, tuple):
-        return tuple(_take(v, order) for v in x)
-    return np.asarray(x)[order]
+def _decoded(value):
+    """Numpy strings as str (bytes that are not UTF-8 replaced)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(value)
+    return value
 
 
-def _steps(x, batch_size):
-    if isinstance(x, tf.data.Dataset):
-        return int(x.cardinality())
-    if x is None:
-        return None
-    n = len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
-    return -(-n // (batch_size or 32))
-
-
-class Task(keras.Model):
+class Task(DistributedTraining, keras.Model):
     """Base of the task models: a functional model on `BertBackbone` with an
     optional preprocessor, so that `fit`, `evaluate` and `predict` take raw
     strings. Subclasses build their graph, then call `_finish_init`."""
@@ -97,17 +64,29 @@ class Task(keras.Model):
     # BERT §A.3: fine-tuning learning rates are among 5e-5, 3e-5 and 2e-5.
     default_learning_rate = 5e-5
     default_warmup = 0.1
-    # Raw text is padded batch by batch to one of a few lengths (16, 24, 32,
-    # 48, ..., sequence_length; see SegmentPacker's pad_to="bucket"), not always
-    # to sequence_length: real sentences are short, and padding is masked,
-    # so the outputs are the same. Set to "sequence_length" for fixed shapes.
-    input_padding = "bucket"
-    # `fit` on raw text shuffles, sorts each run of `length_groups` batches
-    # by length, then shuffles the batches, so that batches hold similar
-    # lengths and little padding (Hugging Face's group_by_length);
-    # `evaluate` and `predict` run the texts sorted by length (`predict`
-    # gives its outputs back in the input's order). 0: off.
-    length_groups = 50
+
+    def __init__(self, inputs, outputs, input_padding="bucket", length_groups=50, **kwargs):
+        """Every task's settings of its raw-input pipeline, saved in its config.
+
+        Args:
+            input_padding: `"bucket"`: raw text is padded batch by batch (and
+                an exported model's request slice by slice) to one of a few
+                lengths (16, 24, 32, 48, ..., sequence_length; see
+                SegmentPacker's pad_to="bucket"): real sentences are short,
+                and padding is masked, so the outputs are the same.
+                `"sequence_length"`: fixed shapes.
+            length_groups: `fit` on raw text shuffles, sorts each run of
+                `length_groups` batches by length, then shuffles the batches,
+                so that batches hold similar lengths and little padding
+                (Hugging Face's group_by_length); `evaluate` and `predict`
+                run the texts sorted by length (`predict` gives its outputs
+                back in the input's order). 0: off.
+        """
+        if input_padding not in ("bucket", "sequence_length"):
+            raise ValueError(f'input_padding="{input_padding}": use "bucket" or "sequence_length".')
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.input_padding = input_padding
+        self.length_groups = int(length_groups)
 
     def _finish_init(self, backbone, preprocessor):
         self.backbone = backbone
@@ -185,7 +164,7 @@ class Task(keras.Model):
         if isinstance(x, tf.data.Dataset):
             dataset = x
         else:
-            x = _text_tensor(x)
+            x = text_tensor(x)
             if y is not None:
                 y = self._label_ids(np.asarray(y))
             parts = (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
@@ -221,7 +200,7 @@ class Task(keras.Model):
 
     def _text_lengths(self, texts):
         """Tokens in each text (or pair) of raw input."""
-        texts = _text_tensor(texts)
+        texts = text_tensor(texts)
         tokenizer = self.preprocessor.tokenizer
         return sum(tokenizer(t).row_lengths().numpy() for t in (texts if isinstance(texts, tuple) else (texts,)))
 
@@ -271,29 +250,10 @@ class Task(keras.Model):
             elif validation_data is not None:
                 validation_data = self._dataset(validation_data)
         if self._compiled_by_default:
-            self._schedule_learning_rate(steps_per_epoch or _steps(x, batch_size), epochs)
+            self._schedule_learning_rate(steps_per_epoch or steps(x, batch_size), epochs)
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
                            validation_data=validation_data, shuffle=shuffle,
                            steps_per_epoch=steps_per_epoch, **kwargs)
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras' TensorFlow trainer builds the model on a first batch that it
-        # reduce("MEAN")s over the replicas; under MultiWorkerMirroredStrategy
-        # that fails before the first step ("Attempt to convert a value
-        # ({'token_ids': PerReplica...}) ... to a Tensor", keras-team/keras#20585).
-        # The build only needs shapes and dtypes: one replica's batch has them.
-        # Drop this override once Keras no longer reduces the batch.
-        strategy = getattr(self, "_distribute_strategy", None)
-        if strategy is not None and iterator is not None:
-            for _, _, batches in iterator:
-                data_batch = next(batches)
-                break
-            data_batch = keras.tree.map_structure(
-                lambda v: strategy.experimental_local_results(v)[0]
-                if isinstance(v, tf.distribute.DistributedValues) else v,
-                data_batch,
-            )
-        return super()._maybe_symbolic_build(data_batch=data_batch)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if not self.compiled:
@@ -301,7 +261,7 @@ class Task(keras.Model):
         if self._is_raw(x):
             order = self._length_order(x)
             if order is not None:
-                x, y, sample_weight = (_take(v, order) for v in (x, y, sample_weight))
+                x, y, sample_weight = (take(v, order) for v in (x, y, sample_weight))
             x = self._dataset(x, y, sample_weight, batch_size)
             y = sample_weight = batch_size = None
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
@@ -311,7 +271,7 @@ class Task(keras.Model):
             return super().predict(x, batch_size=batch_size, **kwargs)
         order = self._length_order(x)
         if order is not None:
-            x = _take(x, order)
+            x = take(x, order)
         outputs = super().predict(self._dataset(x, batch_size=batch_size), **kwargs)
         if order is None:
             return outputs
@@ -319,16 +279,84 @@ class Task(keras.Model):
         return keras.tree.map_structure(lambda v: v[unsort], outputs)
 
     def export(self, filepath, format="tf_saved_model", pairs=False, top_k=5, **kwargs):
-        """Exports a SavedModel for TF Serving that takes raw strings (the
-        preprocessing is in the graph); see `kbert.serving.export` for
-        `pairs` and `top_k`. Without a preprocessor, Keras' own export of the
-        id-taking model."""
+        """Exports a SavedModel for TF Serving that takes raw strings: the
+        task's preprocessing, model and postprocessing in one graph (the same
+        functions `fit` and `predict` use), run over a request in bounded
+        slices. Returns the version folder written.
+
+        Args:
+            filepath: `saved_models/<name>` (the next version number is
+                picked) or `saved_models/<name>/<version>`.
+            pairs: for a classifier of sentence pairs, or a `BertPretrainer`
+                asked for next-sentence probabilities: the signature takes
+                `text` and `text_pair`.
+            top_k: how many guesses a masked-LM export gives for each [MASK].
+
+        Without a preprocessor (or with another `format`), Keras' own export
+        of the id-taking model. Models trained on the JAX or PyTorch backend
+        are saved as a preset and exported by a TensorFlow process.
+        """
         if self.preprocessor is None or format != "tf_saved_model":
             return super().export(filepath, format=format, **kwargs)
-        # serving builds on models, not the reverse: import at call time.
-        from kbert.serving import export
+        if pairs and not self.takes_pairs:
+            raise ValueError(f"pairs=True is for a model of sentence pairs; a {type(self).__name__} takes "
+                             "single texts: export it without pairs.")
+        path = serving.check_new_version(filepath)
+        if keras.backend.backend() != "tensorflow":
+            self._export_through_tensorflow(path, pairs, top_k)
+            return path
+        serve, signature, fills = self.serving_function(pairs=pairs, top_k=top_k)
+        return serving.write(self, path, serve, signature, fills)
 
-        return export(self, filepath, pairs=pairs, top_k=top_k)
+    # Whether the task reads pairs of texts (an export with `pairs=True`).
+    takes_pairs = False
+
+    def _answering(self, pairs=False, top_k=5):
+        """The task's answering, as TensorFlow ops: `(preprocess, postprocess,
+        input_signature, fills)`. `preprocess(*strings)` gives the model's
+        features and what `postprocess(outputs, context)` needs besides the
+        model's outputs to give the answers, a dict of `[batch, ...]` tensors.
+        The exported model runs them in its graph, and the task's Python
+        helpers (`entities`, `answer`, `fill_mask`) run them around
+        `predict_on_batch` on any backend."""
+        raise NotImplementedError(f"kbert cannot export a {type(self).__name__} yet.")
+
+    def serving_function(self, pairs=False, top_k=5):
+        """`(serve, input_signature, fills)` for `kbert.serving.write`: raw
+        strings in, the task's answers out, as TensorFlow ops."""
+        preprocess, postprocess, signature, fills = self._answering(pairs=pairs, top_k=top_k)
+
+        def serve(*inputs):
+            features, context = preprocess(*inputs)
+            return postprocess(self(features, training=False), context)
+
+        return serve, signature, fills
+
+    def _answers_in_slices(self, inputs, batch_size=32, pairs=False, top_k=5):
+        """What the exported model answers, computed here: a list of dicts of
+        numpy values, one per row of `inputs` (a tuple of lists of str)."""
+        if self.preprocessor is None:
+            raise ValueError(f"{type(self).__name__} needs a preprocessor to read text; build the model with one.")
+        preprocess, postprocess, _, _ = self._answering(pairs=pairs, top_k=top_k)
+        inputs = text_tensor(tuple(inputs))
+        rows = []
+        for start in range(0, int(tf.shape(inputs[0])[0]), batch_size):
+            part = [x[start:start + batch_size] for x in inputs]
+            features, context = preprocess(*part)
+            outputs = keras.tree.map_structure(
+                lambda v: tf.convert_to_tensor(keras.ops.convert_to_numpy(v)), self.predict_on_batch(features))
+            answers = {k: v.numpy() for k, v in postprocess(outputs, context).items()}
+            rows += [{k: _decoded(v[i]) for k, v in answers.items()} for i in range(int(tf.shape(part[0])[0]))]
+        return rows
+
+    def _export_through_tensorflow(self, path, pairs, top_k):
+        with tempfile.TemporaryDirectory() as preset:
+            self.save_to_preset(preset)
+            command = [sys.executable, "-c", _EXPORT_IN_TENSORFLOW, preset, path, str(pairs), str(top_k)]
+            result = subprocess.run(command, env={**os.environ, "KERAS_BACKEND": "tensorflow"},
+                                    capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"Exporting through a TensorFlow process failed:\n{result.stderr[-3000:]}")
 
     # === Presets ===
 
@@ -337,7 +365,8 @@ class Task(keras.Model):
         raise NotImplementedError
 
     def get_config(self):
-        config = {"name": self.name, "trainable": self.trainable, **self.task_config()}
+        config = {"name": self.name, "trainable": self.trainable, "input_padding": self.input_padding,
+                  "length_groups": self.length_groups, **self.task_config()}
         config["backbone"] = keras.saving.serialize_keras_object(self.backbone)
         config["preprocessor"] = (
             None if self.preprocessor is None else keras.saving.serialize_keras_object(self.preprocessor)

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from kbert.text.offsets import cut_after_words
 from kbert.text.packing import SegmentPacker
 from kbert.text.tokenizer import BertTokenizer
 
@@ -105,9 +106,14 @@ class BertPreprocessor(tf.Module):
             tokenizer = BertTokenizer.from_config(tokenizer)
         return cls(tokenizer, **config)
 
+    def _tokenize(self, texts):
+        # Text far past what a sequence holds is cut before WordPiece reads
+        # it, leaving every id that the packed sequence keeps unchanged.
+        return self.tokenizer(cut_after_words(_as_strings(texts), self.sequence_length))
+
     def __call__(self, x, y=None, sample_weight=None):
         if isinstance(x, tuple):
-            segments = tuple(self.tokenizer(_as_strings(texts)) for texts in x)
+            segments = tuple(self._tokenize(texts) for texts in x)
             if len(segments) not in (1, 2):
                 raise ValueError(
                     f"BERT takes a text or a pair of texts; got a tuple of {len(segments)}. "
@@ -115,7 +121,7 @@ class BertPreprocessor(tf.Module):
                 )
             x = self.packer(segments if len(segments) == 2 else segments[0])
         else:
-            x = self.packer(self.tokenizer(_as_strings(x)))
+            x = self.packer(self._tokenize(x))
         if y is None and sample_weight is None:
             return x
         if sample_weight is None:

@@ -1,15 +1,27 @@
-"""BERT's optimizers and learning-rate schedule, for fine-tuning and pre-training.
+"""BERT's optimizers, for fine-tuning and pre-training.
 
-`bert_adamw` and `WarmupLinearDecay` are the ones `Task.compile()` uses by
-default; they live in `kbert.models.task` and are only re-exported here.
+`bert_adamw` with `WarmupLinearDecay` is what `Task.compile()` uses by default.
 """
 
 import keras
 
-from kbert.models.task import WarmupLinearDecay, bert_adamw
+from kbert.training.adamw import AdamW
+from kbert.training.schedules import WarmupLinearDecay
 
-# As bert_adamw: biases and LayerNorm's gamma and beta are not decayed.
+# Biases and LayerNorm's gamma and beta are not decayed.
 NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]
+
+
+def bert_adamw(learning_rate, weight_decay=0.01):
+    """AdamW as BERT fine-tunes: decay on weights, none on biases and LayerNorm
+    (`kbert.training.AdamW`: Keras' AdamW, updating in fused kernels).
+
+    Example:
+    >>> optimizer = bert_adamw(WarmupLinearDecay(5e-5, total_steps=1000, warmup_steps=100))
+    """
+    optimizer = AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-6)
+    optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
+    return optimizer
 
 
 def bert_lamb(learning_rate, weight_decay=0.01):

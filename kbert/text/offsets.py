@@ -1,0 +1,197 @@
+"""Where each word and WordPiece of a text comes from: byte offsets, as TensorFlow ops.
+
+The tokenizer gives ids, not offsets, so pieces are aligned to the original
+text here:
+
+1. the ORIGINAL text is split into words where BERT's pre-tokenizer splits
+   (whitespace; each punctuation character and CJK ideograph a word), with
+   their byte offsets (`split_words_with_offsets`);
+2. each word is tokenized on its own (WordPiece never crosses a word
+   boundary), and each of its characters normalized on its own; the pieces
+   are walked along the normalized bytes to find the original characters
+   each piece came from (a word whose pieces do not spell its normalized
+   text, as `[UNK]`, gives every piece the whole word).
+
+The spans equal Hugging Face's `offset_mapping` (BertTokenizerFast), except
+that a trailing combining accent stays in the span.
+"""
+
+import tensorflow as tf
+
+from kbert.text._tf_text import tf_text
+from kbert.text.tokenizer import _CJK, _PUNCTUATION, _WHITESPACE, normalize
+
+# Words are split at whitespace and around punctuation and CJK ideographs.
+_OWN_WORD = f"{_PUNCTUATION}|{_CJK}"
+_WORD_DELIMITER = f"{_WHITESPACE}|{_OWN_WORD}"
+
+
+def _position_in_row(ragged):
+    """Each value's index within its row of `ragged`."""
+    return tf.range(tf.size(ragged.flat_values, out_type=tf.int64)) - tf.repeat(
+        ragged.row_starts(), ragged.row_lengths()
+    )
+
+
+def _sum_before_in_row(ragged):
+    """Within each row of a ragged int64 tensor, the sum of the values before each."""
+    totals = tf.cumsum(ragged.flat_values, exclusive=True)
+    row_base = tf.gather(tf.concat([totals, [0]], 0), ragged.row_starts())
+    return totals - tf.repeat(row_base, ragged.row_lengths())
+
+
+def _gather_or_zero(values, indices):
+    """`values[indices]`, reading 0 where `values` is empty."""
+    return tf.gather(tf.concat([values, tf.zeros([1], values.dtype)], 0), indices)
+
+
+def tokenize_with_byte_spans(tokenizer, texts):
+    """WordPiece ids of each text with each piece's byte span in the text.
+
+    Args:
+        tokenizer: a `kbert.text.BertTokenizer`.
+        texts: a 1-D string tensor.
+
+    Returns:
+        `(ids, starts, ends)`: int64 ragged `[texts, (pieces)]` tensors (ids
+        int32), the ids the tokenizer's; bytes `starts[i][k]:ends[i][k]` of
+        `texts[i]` are the original text of piece `k`.
+    """
+    # regex_split ends a string at U+0000; U+0001 has the same length and,
+    # like U+0000, is dropped by the normalizer.
+    split_texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
+    words, word_starts, word_ends = tf_text.regex_split_with_offsets(
+        split_texts, _WORD_DELIMITER, keep_delim_regex_pattern=_OWN_WORD
+    )
+    flat_words = words.flat_values
+    pieces = tokenizer(flat_words)  # [words, (pieces)]
+    word_of_piece = pieces.value_rowids()
+
+    # Each word's characters, their byte spans in the word, and each
+    # character normalized on its own.
+    codepoints, char_starts = tf.strings.unicode_decode_with_offsets(
+        flat_words, "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
+    word_of_char = char_starts.value_rowids()
+    row_lengths = tf.repeat(char_starts.row_lengths(), char_starts.row_lengths())
+    is_last_char = tf.equal(_position_in_row(char_starts), row_lengths - 1)
+    word_lengths = tf.cast(tf.strings.length(flat_words), tf.int64)
+    next_start = tf.concat([char_starts.flat_values[1:], [0]], 0)
+    char_ends = tf.where(is_last_char, tf.gather(word_lengths, word_of_char), next_start)
+    chars = tf.strings.unicode_encode(codepoints.flat_values[:, None], "UTF-8")
+    normalized = tf.strings.regex_replace(
+        normalize(
+            chars,
+            lowercase=tokenizer.lowercase,
+            strip_accents=tokenizer.strip_accents,
+            tokenize_chinese_chars=tokenizer.tokenize_chinese_chars,
+        ),
+        " ",
+        "",
+    )
+    normalized_lengths = tf.cast(tf.strings.length(normalized), tf.int64)
+    # owner[b]: the character (a flat index) that normalized byte b came from.
+    owner = tf.repeat(tf.range(tf.size(chars, out_type=tf.int64)), normalized_lengths)
+    word_normalized_start = _gather_or_zero(
+        tf.cumsum(normalized_lengths, exclusive=True), char_starts.row_starts()
+    )
+
+    # Each piece's text (without "##" after a word's first piece), and where
+    # it starts in its word's normalized bytes.
+    piece_texts = tf.gather(tf.constant(tokenizer.vocabulary), pieces.flat_values)
+    continues = tf.not_equal(_position_in_row(pieces), 0) & tf.strings.regex_full_match(piece_texts, "##.+")
+    piece_texts = tf.where(continues, tf.strings.regex_replace(piece_texts, "^##", ""), piece_texts)
+    piece_lengths = tf.cast(tf.strings.length(piece_texts), tf.int64)
+    first_byte = tf.gather(word_normalized_start, word_of_piece) + _sum_before_in_row(
+        pieces.with_flat_values(piece_lengths)
+    )
+    first_char = _gather_or_zero(owner, first_byte)
+    last_char = _gather_or_zero(owner, first_byte + piece_lengths - 1)
+
+    # A word is aligned when its pieces spell its normalized text exactly
+    # (not so for [UNK]); otherwise each of its pieces gets the whole word.
+    spelled = tf.strings.reduce_join(pieces.with_flat_values(piece_texts), axis=1)
+    aligned = tf.equal(spelled, tf.strings.reduce_join(char_starts.with_flat_values(normalized), axis=1))
+    aligned = tf.gather(aligned, word_of_piece)
+
+    # Combining accents that the normalizer dropped stay with the letter
+    # before them, as in `piece_spans`: a run of them joins that letter's group.
+    joins = tf.equal(normalized_lengths, 0) & tf.strings.regex_full_match(chars, r"\p{Mn}")
+    group = tf.cumsum(tf.cast(~joins | tf.equal(_position_in_row(char_starts), 0), tf.int64)) - 1
+    group_ends = tf.gather(tf.math.unsorted_segment_max(char_ends, group, tf.size(chars, out_type=tf.int64)), group)
+
+    word_start = tf.gather(word_starts.flat_values, word_of_piece)
+    piece_starts = tf.where(aligned, word_start + _gather_or_zero(char_starts.flat_values, first_char), word_start)
+    piece_ends = tf.where(
+        aligned, word_start + _gather_or_zero(group_ends, last_char), tf.gather(word_ends.flat_values, word_of_piece)
+    )
+
+    row_splits = tf.gather(pieces.row_splits, words.row_splits)
+    return tuple(
+        tf.RaggedTensor.from_row_splits(values, row_splits)
+        for values in (pieces.flat_values, piece_starts, piece_ends)
+    )
+
+
+
+
+def split_words_with_offsets(texts):
+    """The words of each text where BERT's pre-tokenizer splits it, with
+    their byte spans: `(words, starts, ends)`, ragged `[texts, (words)]`."""
+    # regex_split ends a string at U+0000; U+0001 has the same length and,
+    # like U+0000, is dropped by the normalizer.
+    split_texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
+    words, starts, ends = tf_text.regex_split_with_offsets(
+        split_texts, _WORD_DELIMITER, keep_delim_regex_pattern=_OWN_WORD
+    )
+    # The words as written (with U+0000 where the text has it).
+    words = words.with_flat_values(tf.strings.substr(tf.repeat(texts, words.row_lengths()), starts.flat_values,
+                                                     ends.flat_values - starts.flat_values))
+    return words, starts, ends
+
+
+def char_offsets(texts, byte_offsets):
+    """Byte offsets into each text as character offsets (UTF-8 characters;
+    an invalid byte counts as one). `byte_offsets`: `[texts, ...]`, dense."""
+    shape = tf.shape(byte_offsets, out_type=tf.int64)
+    flat = tf.reshape(byte_offsets, [shape[0], -1])
+    repeated = tf.repeat(texts, tf.fill([shape[0]], tf.shape(flat, out_type=tf.int64)[1]))
+    prefixes = tf.strings.substr(repeated, tf.zeros_like(tf.reshape(flat, [-1])), tf.reshape(flat, [-1]),
+                                 unit="BYTE")
+    lengths = tf.strings.length(tf.strings.unicode_transcode(prefixes, "UTF-8", "UTF-8", errors="replace",
+                                                             replacement_char=0xFFFD), unit="UTF8_CHAR")
+    return tf.reshape(tf.cast(lengths, byte_offsets.dtype), shape)
+
+
+# A whitespace-separated chunk with one character that no normalization drops
+# (control and format characters, U+FFFD, and combining marks, which accent
+# stripping drops) gives at least one WordPiece.
+_GIVES_A_PIECE = r"(?s).*[^\p{C}\p{Mn}\x{FFFD}].*"
+
+
+def cut_after_words(texts, max_words):
+    """Each text cut before its `max_words + 1`-th whitespace-separated chunk
+    that gives a WordPiece, so that WordPiece never reads far past what a
+    sequence keeps.
+
+    Every such chunk gives at least one piece, and pieces never cross
+    whitespace, so a cut text still gives the first `max_words` or more pieces
+    of the whole text, exactly: a text of at most `max_words` pieces is never
+    cut, and one that is cut keeps all the pieces a packed sequence of
+    `max_words` tokens can hold. The cost is one regex split, linear in the
+    text's bytes.
+    """
+    if isinstance(texts, tf.RaggedTensor):
+        return texts.with_flat_values(cut_after_words(texts.flat_values, max_words))
+    texts = tf.convert_to_tensor(texts, tf.string)
+    if texts.shape.rank == 0:
+        return cut_after_words(texts[None], max_words)[0]
+    split_texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
+    chunks, starts, _ = tf_text.regex_split_with_offsets(split_texts, f"(?:{_WHITESPACE})+")
+    gives_piece = tf.cast(tf.strings.regex_full_match(chunks.flat_values, _GIVES_A_PIECE), tf.int64)
+    count = _sum_before_in_row(chunks.with_flat_values(gives_piece)) + gives_piece
+    # The first chunk past the budget starts the cut; no such chunk: no cut.
+    over = tf.where(count > max_words, starts.flat_values, tf.int64.max)
+    first_over = tf.math.unsorted_segment_min(over, starts.value_rowids(), starts.nrows())
+    cut = tf.where(first_over < tf.int64.max, first_over, tf.cast(tf.strings.length(texts), tf.int64))
+    return tf.strings.substr(texts, tf.zeros_like(cut), cut)

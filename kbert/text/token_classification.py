@@ -1,0 +1,156 @@
+"""Token classification (NER) as TensorFlow ops: words in, packed features and
+per-token labels for training, per-word tags and BIO entities out. The same
+functions run in `BertTokenClassifier.fit`, `tags`, `entities` and the
+served model."""
+
+import tensorflow as tf
+
+from kbert.text.offsets import char_offsets, cut_after_words, split_words_with_offsets
+
+
+def pack_words(preprocessor, words):
+    """Tokenizes sentences given as words and packs them as `[CLS] pieces [SEP]`.
+
+    Args:
+        preprocessor: a `kbert.BertPreprocessor` (its tokenizer and packer).
+        words: a string `tf.RaggedTensor` `[batch, (words)]`.
+
+    Returns:
+        `(features, first_pieces)`: the model inputs, and an int64
+        `tf.RaggedTensor` `[batch, (words)]` with the position of each word's
+        first WordPiece, or -1 for a word with no pieces or cut off by the
+        truncation at `sequence_length`.
+
+    Example:
+    >>> features, first = pack_words(preprocessor, tf.ragged.constant([["Kbert", "rocks"]]))
+    >>> first  # [CLS] kb ##ert rocks [SEP]
+    <tf.RaggedTensor [[1, 3]]>
+    """
+    pieces = preprocessor.tokenizer(words)  # [batch, (words), (pieces)]
+    features = preprocessor.packer(pieces)
+    # Each word's first piece, counted from its sentence's first piece.
+    sentence_starts = tf.gather(pieces.merge_dims(1, 2).row_splits, pieces.value_rowids())
+    word_starts = pieces.values.row_splits[:-1] - sentence_starts
+    room = preprocessor.sequence_length - 2  # [CLS] and [SEP]
+    kept = (pieces.values.row_lengths() > 0) & (word_starts < room)
+    first_pieces = tf.where(kept, word_starts + 1, -1)
+    return features, tf.RaggedTensor.from_row_splits(first_pieces, pieces.row_splits)
+
+
+def text_words(preprocessor, texts):
+    """Each text's words where BERT's pre-tokenizer splits it, with their
+    byte spans: `(words, starts, ends)`, ragged `[texts, (words)]`. Text past
+    what a sequence holds is cut first (`cut_after_words`), so a text of
+    200,000 characters costs what a sequence costs."""
+    return split_words_with_offsets(cut_after_words(texts, preprocessor.sequence_length))
+
+
+def token_labels(first_pieces, tags, shape):
+    """Puts each word's tag on its first WordPiece; other tokens get weight 0.
+
+    Args:
+        first_pieces: `pack_words`' word positions `[batch, (words)]`.
+        tags: int tags `[batch, (words)]`, one per word.
+        shape: the packed shape `[batch, length]`.
+
+    Returns:
+        `(labels, sample_weight)`, int32 and float32 `[batch, length]`: the
+        tag at first pieces (1.0), 0 elsewhere (0.0: later pieces, special
+        tokens, padding and words cut off by truncation are not in the loss).
+    """
+    positions = first_pieces.flat_values
+    kept = positions >= 0
+    indices = tf.boolean_mask(tf.stack([first_pieces.value_rowids(), positions], axis=1), kept)
+    shape = tf.cast(shape, tf.int64)
+    labels = tf.scatter_nd(indices, tf.boolean_mask(tf.cast(tags.flat_values, tf.int32), kept), shape)
+    weights = tf.scatter_nd(indices, tf.ones(tf.shape(indices)[:1], tf.float32), shape)
+    return labels, weights
+
+
+def word_tags(logits, first_pieces, class_names):
+    """Each word's tag, read at its first WordPiece.
+
+    Returns:
+        A dict of ragged `[batch, (words)]` tensors: `label_id` (-1 for a
+        word cut off or with no piece), `label` ("" there) and `score`, the
+        tag's probability (0 there).
+    """
+    probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+    positions = first_pieces.flat_values
+    kept = positions >= 0
+    rows = first_pieces.value_rowids()
+    word_probabilities = tf.gather_nd(probabilities, tf.stack([rows, tf.maximum(positions, 0)], axis=1))
+    label_id = tf.where(kept, tf.argmax(word_probabilities, axis=-1, output_type=tf.int32), -1)
+    label = tf.where(kept, tf.gather(tf.constant(class_names), tf.maximum(label_id, 0)), "")
+    score = tf.where(kept, tf.reduce_max(word_probabilities, axis=-1), 0.0)
+    return {k: first_pieces.with_flat_values(v) for k, v in
+            {"label_id": label_id, "label": label, "score": score}.items()}
+
+
+def bio_entities(labels, scores):
+    """Groups each sentence's BIO tags into entities.
+
+    `B-X` starts an X entity, `I-X` continues one; an `I-X` that follows
+    `O` or another type starts an entity too (as conlleval and seqeval's
+    default mode read it). Any other tag (`O`, "") is outside.
+
+    Args:
+        labels: tag names, ragged `[batch, (words)]`.
+        scores: their probabilities, the same shape.
+
+    Returns:
+        A dict of ragged `[batch, (entities)]` tensors: `first_word` and
+        `last_word` (int64), `label` (the type: "PER" for B-PER/I-PER) and
+        `score` (the mean of its words' scores).
+    """
+    parts = tf.strings.split(labels.flat_values, "-", maxsplit=1).to_tensor("", shape=[None, 2])
+    prefix, kind = parts[:, 0], parts[:, 1]
+    inside = (tf.equal(prefix, "B") | tf.equal(prefix, "I")) & tf.not_equal(kind, "")
+    first_in_row = tf.equal(tf.range(tf.size(prefix, out_type=tf.int64)), tf.repeat(labels.row_starts(),
+                                                                                     labels.row_lengths()))
+    previous_inside = tf.concat([[False], inside[:-1]], 0) & ~first_in_row
+    previous_kind = tf.concat([[""], kind[:-1]], 0)
+    continues = tf.equal(prefix, "I") & previous_inside & tf.equal(previous_kind, kind)
+    starts = inside & ~continues
+    entity = tf.cumsum(tf.cast(starts, tf.int64)) - 1  # the entity of each inside word
+    num_entities = tf.reduce_sum(tf.cast(starts, tf.int64))
+    words = tf.where(inside)[:, 0]
+    of_word = tf.gather(entity, words)
+    index = tf.range(tf.size(prefix, out_type=tf.int64))
+    first = tf.math.unsorted_segment_min(tf.gather(index, words), of_word, num_entities)
+    last = tf.math.unsorted_segment_max(tf.gather(index, words), of_word, num_entities)
+    score = tf.math.unsorted_segment_mean(tf.gather(scores.flat_values, words), of_word, num_entities)
+    row = tf.gather(labels.value_rowids(), first)
+    row_start = tf.gather(labels.row_starts(), row)
+    per_row = lambda values: tf.RaggedTensor.from_value_rowids(values, row, nrows=labels.nrows())  # noqa: E731
+    return {
+        "first_word": per_row(first - row_start),
+        "last_word": per_row(last - row_start),
+        "label": per_row(tf.gather(kind, first)),
+        "score": per_row(score),
+    }
+
+
+def text_entities(texts, entities, word_starts, word_ends):
+    """Entities located in their texts: `text` (as written), `start` and
+    `end` character offsets, from `bio_entities` and the words' byte spans."""
+    at = lambda spans, word: tf.gather(spans, word, batch_dims=1)  # noqa: E731
+    start_byte = at(word_starts, entities["first_word"])
+    end_byte = at(word_ends, entities["last_word"])
+    text = tf.strings.substr(tf.repeat(texts, start_byte.row_lengths()), start_byte.flat_values,
+                             end_byte.flat_values - start_byte.flat_values)
+    return {
+        "entity": start_byte.with_flat_values(text),
+        "entity_start": start_byte.with_flat_values(tf.cast(char_offsets_flat(texts, start_byte), tf.int32)),
+        "entity_end": end_byte.with_flat_values(tf.cast(char_offsets_flat(texts, end_byte), tf.int32)),
+        "entity_label": entities["label"],
+        "entity_score": entities["score"],
+    }
+
+
+def char_offsets_flat(texts, byte_offsets):
+    """`char_offsets` of a ragged `[texts, (offsets)]` tensor, as flat values."""
+    dense = byte_offsets.to_tensor(0)
+    return tf.gather_nd(char_offsets(texts, dense), tf.stack(
+        [byte_offsets.value_rowids(), tf.range(tf.size(byte_offsets.flat_values, out_type=tf.int64))
+         - tf.repeat(byte_offsets.row_starts(), byte_offsets.row_lengths())], axis=1))
