@@ -19,6 +19,7 @@ import os
 import re
 import threading
 import time
+import warnings
 
 import huggingface_hub
 from huggingface_hub import constants as hub_constants
@@ -194,15 +195,26 @@ def hub_snapshot(repo, revision=None, name=None):
     what = f'preset "{name}" (hf://{repo})' if name else f"hf://{repo}" + (f"@{revision}" if revision != "main" else "")
     how = _how_to_fetch(repo, revision, cache)
     if _offline():
+        folder = _cached_snapshot(repo, revision, cache, tokenizer_config_checked=False)
+        if folder:
+            warnings.warn(
+                f"Offline, {what} is loaded from {folder}, but whether the repository has a "
+                f"{TOKENIZER_CONFIG} is not in the cache (`hf download` of several files does not record a "
+                "missing one): without it the tokenizer lowercases. If the model is cased, put its "
+                f"{TOKENIZER_CONFIG} in that folder."
+            )
+            return folder
         raise ConnectionError(f"Offline mode is on and {what} is not in the Hugging Face cache ({cache}). {how}")
     storage = os.path.join(cache, "models--" + repo.replace("/", "--"))  # the cache's layout
     return _without_stalls(lambda progress: _download(repo, revision, cache, what, how, progress), storage, what, how)
 
 
-def _cached_snapshot(repo, revision, cache):
+def _cached_snapshot(repo, revision, cache, tokenizer_config_checked=True):
     """The snapshot folder if it already holds every file kbert reads, found
     without a request from huggingface_hub's records (refs/, snapshots/, and
-    .no_exist/ for files the repository does not have); else None."""
+    .no_exist/ for files the repository does not have); else None.
+    `tokenizer_config_checked=False` accepts a snapshot that has no record
+    of whether the repository has a tokenizer_config.json."""
     found = {
         name: huggingface_hub.try_to_load_from_cache(repo, name, cache_dir=cache, revision=revision)
         for name in (HF_CONFIG, VOCABULARY, TOKENIZER_CONFIG, *WEIGHT_FILES)
@@ -210,7 +222,7 @@ def _cached_snapshot(repo, revision, cache):
     complete = (
         isinstance(found[HF_CONFIG], str)
         and isinstance(found[VOCABULARY], str)
-        and found[TOKENIZER_CONFIG] is not None  # present, or known to be absent
+        and (found[TOKENIZER_CONFIG] is not None or not tokenizer_config_checked)  # None: never looked for
         and any(isinstance(found[w], str) for w in WEIGHT_FILES)
     )
     return os.path.dirname(found[HF_CONFIG]) if complete else None

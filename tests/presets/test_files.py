@@ -1,5 +1,8 @@
 """Finding presets: names, hf://, folders, and the errors around them."""
 
+import json
+import os
+import shutil
 import time
 
 import pytest
@@ -14,22 +17,59 @@ def test_unknown_name_lists_the_known_presets():
 
 
 @pytest.mark.parametrize("preset", ["base", "hf://google-bert/bert-base-cased"])
-def test_offline_preset_not_in_cache_fails_at_once_saying_where_it_looked(preset, tmp_path, monkeypatch):
-    monkeypatch.setenv("KBERT_HOME", str(tmp_path))
+def test_offline_preset_not_in_cache_fails_at_once_naming_every_file_and_where(preset, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
     start = time.monotonic()
-    with pytest.raises(ConnectionError, match="not in the cache") as error:
+    with pytest.raises(ConnectionError, match="not in the Hugging Face cache") as error:
         kbert.BertBackbone.from_preset(preset)
     assert time.monotonic() - start < 5
-    assert str(tmp_path) in str(error.value) and "model.safetensors" in str(error.value)
+    message = str(error.value)
+    assert str(tmp_path / "hub") in message and "pass that folder as the preset" in message
+    assert all(name in message for name in ("config.json", "vocab.txt", "tokenizer_config.json", "model.safetensors"))
 
 
-def test_cached_registered_preset_is_loaded_from_the_cache(tmp_path, monkeypatch, minilm_dir):
-    import shutil
+def write_hf_cache_entry(cache, repo, folder, names, absent=()):
+    """Puts `folder`'s files in a Hugging Face cache as huggingface_hub lays
+    it out: refs/main -> a commit, snapshots/<commit>/, .no_exist/<commit>/."""
+    commit = "0" * 40
+    entry = cache / ("models--" + repo.replace("/", "--"))
+    (entry / "refs").mkdir(parents=True)
+    (entry / "refs" / "main").write_text(commit)
+    (entry / "snapshots" / commit).mkdir(parents=True)
+    for name in names:
+        shutil.copy(os.path.join(folder, name), entry / "snapshots" / commit / name)
+    (entry / ".no_exist" / commit).mkdir(parents=True)
+    for name in absent:
+        (entry / ".no_exist" / commit / name).touch()
+    return str(entry / "snapshots" / commit)
 
-    monkeypatch.setenv("KBERT_HOME", str(tmp_path))
-    cached = tmp_path / "hf" / "google--bert_uncased_L-2_H-128_A-2"
-    shutil.copytree(minilm_dir, cached)
-    assert get_preset_dir("tiny") == str(cached)
+
+def test_registered_preset_in_the_hf_cache_is_loaded_from_it_offline(tmp_path, monkeypatch, minilm_dir):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    snapshot = write_hf_cache_entry(
+        tmp_path / "hub", "google/bert_uncased_L-2_H-128_A-2", minilm_dir,
+        ["config.json", "vocab.txt", "tokenizer_config.json", "model.safetensors"],
+    )
+    assert get_preset_dir("tiny") == snapshot
+
+
+def test_offline_cache_without_a_record_of_tokenizer_config_warns_that_the_tokenizer_lowercases(
+        tmp_path, monkeypatch, minilm_dir):
+    # What `hf download owner/name config.json vocab.txt tokenizer_config.json
+    # model.safetensors` leaves for a repository without tokenizer_config.json.
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    snapshot = write_hf_cache_entry(tmp_path / "hub", "owner/name", minilm_dir,
+                                    ["config.json", "vocab.txt", "model.safetensors"])
+    with pytest.warns(UserWarning, match="without it the tokenizer lowercases"):
+        assert get_preset_dir("hf://owner/name") == snapshot
+
+
+def test_cased_preset_whose_files_say_uncased_is_refused(tmp_path, monkeypatch, minilm_dir):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    write_hf_cache_entry(tmp_path / "hub", "google-bert/bert-base-cased", minilm_dir,
+                         ["config.json", "vocab.txt", "model.safetensors"], absent=["tokenizer_config.json"])
+    with pytest.raises(ValueError, match=r'Preset "base_cased" is cased, but .* says do_lower_case=true'):
+        get_preset_dir("base_cased")
 
 
 def test_missing_folder_is_reported_as_missing(tmp_path):
@@ -49,3 +89,41 @@ def test_presets_table_lists_every_size_with_parameter_counts():
     assert 109e6 < presets["base"]["parameters"] < 110e6
     assert 334e6 < presets["large"]["parameters"] < 336e6
     assert "google/bert_uncased_L-2_H-128_A-2" in kbert.presets.format_presets()
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A random Hugging Face checkpoint (vocab_size 120) with a 120-token vocab.txt."""
+    from tests.presets.test_huggingface_import import save_random_checkpoint
+
+    save_random_checkpoint(tmp_path)
+    (tmp_path / "vocab.txt").write_text("".join(f"token{i}\n" for i in range(120)))
+    return tmp_path
+
+
+def test_vocabulary_cut_short_is_refused_naming_both_sizes(checkpoint):
+    lines = (checkpoint / "vocab.txt").read_text().splitlines()[:60]
+    (checkpoint / "vocab.txt").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"vocab\.txt has 60 tokens \(lines\), but .*config\.json says the model has 120"):
+        kbert.BertBackbone.from_preset(str(checkpoint))
+
+
+def test_config_that_is_not_json_names_the_file(checkpoint):
+    (checkpoint / "config.json").write_text('{"hidden_size": 32,')
+    with pytest.raises(ValueError, match=r"config\.json is not valid JSON .* at line 1.*Replace it"):
+        kbert.BertBackbone.from_preset(str(checkpoint))
+
+
+def test_config_without_hidden_size_names_the_key(checkpoint):
+    config = json.loads((checkpoint / "config.json").read_text())
+    del config["hidden_size"]
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config\.json lacks hidden_size: a BERT config\.json sets"):
+        kbert.BertBackbone.from_preset(str(checkpoint))
+
+
+def test_corrupt_safetensors_names_the_file_and_how_to_fix_it(checkpoint):
+    weights = checkpoint / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"model\.safetensors is not a readable safetensors file .*Replace it"):
+        kbert.BertBackbone.from_preset(str(checkpoint))
