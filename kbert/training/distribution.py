@@ -7,6 +7,10 @@ before the model is built (`data_parallel()`). In both, data parallelism:
 every device holds all the weights, each takes a slice of the global batch,
 and gradients are averaged over the devices before every update, so `fit`
 computes what one device would on the whole batch.
+
+Any `tf.distribute` strategy works, TensorFlow's own included: what Keras 3's
+TensorFlow trainer needs to train kbert's models under one is in the models
+themselves (`DistributedTraining`), not in the strategy.
 """
 
 import json
@@ -67,32 +71,10 @@ def strategy(tpu=None):
         return tf.distribute.TPUStrategy(resolver)
     cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
     if len(cluster.get("worker", [])) + len(cluster.get("chief", [])) > 1:
-        return _multi_worker_strategy()
+        return tf.distribute.MultiWorkerMirroredStrategy()
     if len(tf.config.list_logical_devices("GPU")) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
-
-
-def _multi_worker_strategy():
-    """`MultiWorkerMirroredStrategy` that Keras 3 can `fit` with.
-
-    Keras' TensorFlow trainer averages each step's logs (loss and metrics,
-    scalars) over the workers with `strategy.reduce("MEAN", v, axis=0)`, which
-    TensorFlow rejects for scalars ("Invalid reduction dimension 0 for input
-    with 0 dimensions", tensorflow/tensorflow#72388): every `fit` fails at its
-    first step. A scalar has no axis to average along, only the workers, so
-    `axis=None` is what was meant. Drop this once Keras passes it.
-    """
-    import tensorflow as tf
-
-    class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
-        def reduce(self, reduce_op, value, axis):
-            local = self.experimental_local_results(value)[0]
-            if axis is not None and getattr(local, "shape", None) is not None and local.shape.rank == 0:
-                axis = None
-            return super().reduce(reduce_op, value, axis)
-
-    return MultiWorkerMirroredStrategy()
 
 
 def data_parallel(devices=None):
@@ -129,3 +111,73 @@ def data_parallel(devices=None):
     distribution = keras.distribution.DataParallel(devices=devices or keras.distribution.list_devices())
     keras.distribution.set_distribution(distribution)
     return distribution
+
+
+class DistributedTraining:
+    """Mixed into kbert's models (`kbert.models.Task`): works around two Keras 3
+    TensorFlow-trainer failures under `tf.distribute`, so that `fit` and
+    `evaluate` run with any strategy, `tf.distribute.MultiWorkerMirroredStrategy()`
+    as TensorFlow's guides make it included. Both overrides are private Keras
+    methods (keras/src/backend/tensorflow/trainer.py); on other backends, and
+    on Keras versions without them, they are never called.
+    """
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras' TensorFlow trainer builds the model on a first batch that it
+        # reduce("MEAN")s over the replicas; under MultiWorkerMirroredStrategy
+        # that fails before the first step ("Attempt to convert a value
+        # ({'token_ids': PerReplica...}) ... to a Tensor", keras-team/keras#20585).
+        # The build only needs shapes and dtypes: one replica's batch has them.
+        # Drop this override once Keras no longer reduces the batch.
+        import tensorflow as tf
+
+        strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is not None and iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = next(batches)
+                break
+            data_batch = keras.tree.map_structure(
+                lambda v: strategy.experimental_local_results(v)[0]
+                if isinstance(v, tf.distribute.DistributedValues) else v,
+                data_batch,
+            )
+        return super()._maybe_symbolic_build(data_batch=data_batch)
+
+    def _make_function(self, step_function, *args, **kwargs):
+        # Keras' TensorFlow trainer averages each step's logs (loss and
+        # metrics: scalars) over the workers of a MultiWorkerMirroredStrategy
+        # with strategy.reduce("MEAN", v, axis=0) (reduce_per_replica), which
+        # TensorFlow rejects for scalars: "Invalid reduction dimension 0 for
+        # input with 0 dimensions" at the first step of every `fit`
+        # (tensorflow/tensorflow#72388, a Keras 3 bug, still in Keras 3.15).
+        # So the step hands its scalars over as vectors of one value:
+        # their mean along axis 0 over all workers is the mean over the
+        # workers. The logs are made scalars again afterwards, which also keeps
+        # them scalars once Keras reduces with axis=None (then drop this).
+        strategy = getattr(self, "_distribute_strategy", None)
+        if keras.backend.backend() != "tensorflow" or strategy is None:
+            return super()._make_function(step_function, *args, **kwargs)
+        import tensorflow as tf
+
+        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return super()._make_function(step_function, *args, **kwargs)
+        scalars = set()  # positions, in keras.tree.flatten order, of the step's scalar outputs
+
+        def step_with_scalars_as_vectors(data):
+            outputs = step_function(data)
+            flat = keras.tree.flatten(outputs)
+            for i, value in enumerate(flat):
+                if isinstance(value, tf.Tensor) and value.shape.rank == 0:
+                    scalars.add(i)
+                    flat[i] = tf.reshape(value, [1])
+            return keras.tree.pack_sequence_as(outputs, flat)
+
+        function = super()._make_function(step_with_scalars_as_vectors, *args, **kwargs)
+
+        def function_with_scalar_logs(iterator):
+            outputs = function(iterator)
+            flat = [tf.reshape(value, []) if i in scalars else value
+                    for i, value in enumerate(keras.tree.flatten(outputs))]
+            return keras.tree.pack_sequence_as(outputs, flat)
+
+        return function_with_scalar_logs

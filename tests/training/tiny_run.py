@@ -6,8 +6,8 @@ JAX start):
 
 MODE: `mirrored` (TensorFlow, two logical CPUs: one device, then
 MirroredStrategy), `data_parallel` (JAX, two CPU devices: one device, then
-DataParallel), `multi_worker` (one worker of MultiWorkerMirroredStrategy, from
-TF_CONFIG), `resume` (any backend: BackupAndRestore, killed after step KILL_AT
+DataParallel), `multi_worker` (one worker of a plain
+tf.distribute.MultiWorkerMirroredStrategy, from TF_CONFIG), `resume` (any backend: BackupAndRestore, killed after step KILL_AT
 when given). Every run starts from the weights in INIT and writes its final
 weights to OUT (.npz; `single` and `distributed` for the two-run modes).
 """
@@ -55,7 +55,8 @@ def compile_model(model, epochs=EPOCHS):
 
 
 def train(init, scope=None):
-    """Builds, loads `init`, trains EPOCHS epochs; returns the final weights."""
+    """Builds, loads `init`, trains EPOCHS epochs; returns the trained model
+    (its `history` holds the logs)."""
     import contextlib
 
     with scope or contextlib.nullcontext():
@@ -63,7 +64,7 @@ def train(init, scope=None):
         model.load_weights(init)
         compile_model(model)
     model.fit(batches(), epochs=EPOCHS, verbose=0)
-    return model.get_weights()
+    return model
 
 
 def save(out, **weights):
@@ -77,10 +78,10 @@ def mirrored(init, out):
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    single = train(init)
+    single = train(init).get_weights()
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     assert strategy.num_replicas_in_sync == 2
-    save(out, single=single, distributed=train(init, strategy.scope()))
+    save(out, single=single, distributed=train(init, strategy.scope()).get_weights())
 
 
 def data_parallel(init, out):
@@ -88,21 +89,23 @@ def data_parallel(init, out):
 
     import kbert
 
-    single = train(init)
+    single = train(init).get_weights()
     distribution = kbert.training.data_parallel()
     assert len(distribution.device_mesh.devices.flatten()) == 2
-    save(out, single=single, distributed=train(init))
+    save(out, single=single, distributed=train(init).get_weights())
     keras.distribution.set_distribution(None)
 
 
 def multi_worker(init, out):
-    import kbert
+    import tensorflow as tf
 
-    strategy = kbert.training.strategy()  # before any other TensorFlow op
+    # TensorFlow's own strategy, as its guides make it: kbert's models need no
+    # special one. Made before any other TensorFlow op.
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
     assert strategy.num_replicas_in_sync == 2, strategy
-    weights = train(init, strategy.scope())
+    model = train(init, strategy.scope())
     if strategy.cluster_resolver.task_id == 0:
-        save(out, distributed=weights)
+        save(out, distributed=model.get_weights(), loss=[model.history.history["loss"]])
 
 
 def resume(init, out, backup_dir, kill_at=None):
