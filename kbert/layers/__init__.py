@@ -1,4 +1,5 @@
-"""BERT's building blocks, in pure `keras.ops` (TensorFlow, JAX, PyTorch)."""
+"""BERT's building blocks, in `keras.ops` plus the few `kbert.backend`
+primitives whose fastest form differs by backend (TensorFlow, JAX, PyTorch)."""
 
 from kbert.layers.dropout import Dropout
 from kbert.layers.masked_lm_head import MaskedLMHead

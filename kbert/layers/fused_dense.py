@@ -1,17 +1,16 @@
 """A `keras.layers.Dense` (and BERT's GELU) applied as one fusable call.
 
-Keras applies a dense layer as a batched matmul and a separate bias add. On
-TensorFlow, a 2-D `MatMul` + `BiasAdd` (+ GELU) is the pattern oneDNN's graph
-rewriter fuses into one kernel (for BERT-base inference the feed-forward's
-exact GELU alone otherwise costs a tenth of the time); on PyTorch,
-`torch.nn.functional.linear` adds the bias inside the matmul (`addmm`). JAX's
-XLA fuses the plain form itself. The layer keeps its weights, names and
+Keras applies a dense layer as a batched matmul and a separate bias add;
+`kbert.backend.dense` applies it in the form each backend fuses (TensorFlow:
+a 2-D `MatMul` + `BiasAdd` + `Gelu` for oneDNN; PyTorch: `linear`; JAX's XLA
+fuses the plain form itself). The layer keeps its weights, names and
 checkpoints; only how it is applied changes.
 """
 
 import keras
 from keras import ops
 
+from kbert import backend
 from kbert.layers.gelu import gelu
 
 
@@ -22,26 +21,11 @@ def fused_dense(layer, x, activation=None, compute_dtype=None):
     is kept (`layer.kernel` includes it); a quantized layer, or one without
     a bias or with its own activation, is simply called."""
     plain = layer.use_bias and layer.activation is keras.activations.linear
-    backend = keras.backend.backend()
     if getattr(layer, "quantization_mode", None) or not plain:
         # Quantized kernels (and other variants) go through Keras' own call.
         y = layer(x)
-    else:
-        compute_dtype = compute_dtype or layer.compute_dtype
-        kernel = ops.cast(layer.kernel, compute_dtype)
-        bias = ops.cast(layer.bias, compute_dtype)
-        x = ops.cast(x, compute_dtype)
-        if backend == "tensorflow":
-            import tensorflow as tf
-
-            flat = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel), bias)
-            if activation is not None:
-                flat = tf.nn.gelu(flat, approximate=activation == "gelu_approximate")
-            return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[-1]]], axis=0))
-        if backend == "torch":
-            import torch
-
-            y = torch.nn.functional.linear(x, kernel.T, bias)
-        else:
-            y = ops.matmul(x, kernel) + bias
-    return gelu(y, activation) if activation is not None else y
+        return gelu(y, activation) if activation is not None else y
+    compute_dtype = compute_dtype or layer.compute_dtype
+    kernel = ops.cast(layer.kernel, compute_dtype)
+    bias = ops.cast(layer.bias, compute_dtype)
+    return backend.dense(ops.cast(x, compute_dtype), kernel, bias, activation)

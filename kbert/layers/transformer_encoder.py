@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from kbert import backend
 from kbert.layers.dropout import Dropout
 from kbert.layers.fused_dense import fused_dense
 from kbert.layers.gelu import check_gelu
@@ -144,29 +145,25 @@ class TransformerEncoder(keras.layers.Layer):
 
     @staticmethod
     def _bfloat16_softmax_is_exact(logits):
-        """PyTorch's softmax of bfloat16 logits accumulates in float32 and
-        rounds once: the same probabilities as a float32 softmax cast to
-        bfloat16, without casting [batch, heads, length, length] to float32
-        and back (forward and backward). TensorFlow's does so only inside
-        oneDNN's kernel, so there the logits are cast. (The mask's bias, 0 or
-        -1e9, leaves unmasked logits exact in bfloat16.)"""
-        return keras.backend.backend() == "torch" and keras.backend.standardize_dtype(logits.dtype) == "bfloat16"
+        """Whether bfloat16 logits give the float32 softmax's probabilities
+        rounded to bfloat16 (on PyTorch), so [batch, heads, length, length]
+        is not cast to float32 and back (forward and backward). (The mask's
+        bias, 0 or -1e9, leaves unmasked logits exact in bfloat16.)"""
+        return backend.exact_bfloat16_softmax() and keras.backend.standardize_dtype(logits.dtype) == "bfloat16"
 
     def _residual(self, x, h, training):
-        """`x + dropout(h)`: on PyTorch in training one `addcmul` of the 0/1
-        mask and the scale (two passes fewer, forward and back)."""
+        """`x + dropout(h)`: on PyTorch in training one op of the 0/1 mask
+        and the scale (two passes fewer, forward and back)."""
         if self._mask_by_hand(self.residual_dropout, training):
-            import torch
-
             mask01, scale = self.residual_dropout.keep_mask(h)
-            return torch.addcmul(x, h, mask01, value=scale)
+            return backend.dropout_add(x, h, mask01, scale)
         return x + self.residual_dropout(h, training=training)
 
     @staticmethod
     def _mask_by_hand(dropout, training):
         """Whether to apply `dropout`'s 0/1 mask and scale here, fused with
         the neighbouring op (PyTorch, in training, with kbert's own mask)."""
-        return bool(training) and keras.backend.backend() == "torch" and dropout.draws_its_own_mask()
+        return bool(training) and backend.fuses_keep_masks() and dropout.draws_its_own_mask()
 
     def _dense(self, layer, x, activation=None):
         return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype)

@@ -1,0 +1,104 @@
+"""The few primitives whose fastest form differs by backend.
+
+Layers call these and otherwise read as plain `keras.ops` code. Each
+primitive's default is `keras.ops` (`kbert/backend/default.py`); a backend's
+module (`tensorflow.py`, `torch.py`, `jax.py`) implements the ones it runs
+faster, with the same values. Private framework APIs appear only in those
+modules, each guarded so that without it the default runs. This package is
+kbert's bottom layer: it imports nothing else from kbert.
+"""
+
+import functools
+import importlib
+import types
+
+import keras
+
+from kbert.backend import default
+
+PRIMITIVES = (
+    "dense",
+    "random_int16",
+    "random_int16_is_cheap",
+    "keep_mask",
+    "fuses_keep_masks",
+    "dropout_add",
+    "exact_bfloat16_softmax",
+    "fuses_adamw",
+    "adamw_step",
+)
+
+
+@functools.cache
+def _implementation(backend_name):
+    """The primitives for `backend_name`: its module's, else the defaults."""
+    module = None
+    if backend_name in ("tensorflow", "jax", "torch"):
+        module = importlib.import_module(f"kbert.backend.{backend_name}")
+    return types.SimpleNamespace(**{name: getattr(module, name, getattr(default, name)) for name in PRIMITIVES})
+
+
+def _current():
+    return _implementation(keras.backend.backend())
+
+
+def dense(x, kernel, bias, activation=None):
+    """`activation(x @ kernel + bias)` as one fusable call; `x` of any rank
+    >= 2 (also with unknown dimensions in a TensorFlow graph), `activation`
+    None, "gelu" (exact) or "gelu_approximate". TensorFlow: a 2-D `MatMul` +
+    `BiasAdd` + `Gelu`, which oneDNN fuses; PyTorch: `linear` (`addmm`)."""
+    return _current().dense(x, kernel, bias, activation)
+
+
+def random_int16(shape, seed_generator):
+    """Uniform int16 of `shape` (16 independent random bits per element),
+    drawn from `seed_generator` (a `keras.random.SeedGenerator`)."""
+    return _current().random_int16(shape, seed_generator)
+
+
+def random_int16_is_cheap():
+    """Whether `random_int16` draws fewer random words than a float per
+    element (not on JAX, whose `randint` draws two words per element)."""
+    return _current().random_int16_is_cheap()
+
+
+def keep_mask(bits, threshold, dtype):
+    """`bits >= threshold` as 1 / 0 in `dtype` (PyTorch: in one pass)."""
+    return _current().keep_mask(bits, threshold, dtype)
+
+
+def fuses_keep_masks():
+    """Whether dropout runs faster as a `keep_mask` applied inside the
+    neighbouring op (`dropout_add`, attention's values) than as its own op."""
+    return _current().fuses_keep_masks()
+
+
+def dropout_add(x, h, mask, scale):
+    """`x + h * mask * scale`: a residual add after dropout with a given 0/1
+    `mask` and Python float `scale` (PyTorch: one `addcmul`)."""
+    return _current().dropout_add(x, h, mask, scale)
+
+
+def exact_bfloat16_softmax():
+    """Whether a softmax of bfloat16 logits gives the float32 softmax's
+    probabilities rounded to bfloat16 (PyTorch's does; TensorFlow's only
+    inside oneDNN's kernel), so the logits need no cast to float32."""
+    return _current().exact_bfloat16_softmax()
+
+
+def fuses_adamw(variables):
+    """Whether `adamw_step` is one fused kernel for `variables` (PyTorch,
+    float32 weights); elsewhere an optimizer keeps Keras' own update."""
+    return _current().fuses_adamw(variables)
+
+
+def adamw_step(variables, grads, momentums, velocities, step, learning_rate, beta_1, beta_2, epsilon,
+               weight_decay):
+    """Keras AdamW's update of `variables` in place: `w -= learning_rate *
+    weight_decay * w`, then Adam's step with Keras' epsilon (added to
+    `sqrt(v)` before v's bias correction). `step` (counting from 1) and
+    `learning_rate` are Python numbers; `momentums` and `velocities` are the
+    optimizer's slots for `variables`. One fused kernel where
+    `fuses_adamw(variables)`; an optimizer keeps its own update elsewhere."""
+    _current().adamw_step(variables, grads, momentums, velocities, step, learning_rate, beta_1, beta_2, epsilon,
+                          weight_decay)

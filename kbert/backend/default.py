@@ -1,0 +1,60 @@
+"""Every primitive in plain `keras.ops`: what any backend runs unless its own
+module (`kbert/backend/<name>.py`) implements the primitive faster. Each
+backend's version computes the same values; tests/backend pins that."""
+
+import keras
+from keras import ops
+
+
+def dense(x, kernel, bias, activation=None):
+    y = ops.matmul(x, kernel) + bias
+    if activation is None:
+        return y
+    return keras.activations.gelu(y, approximate=activation == "gelu_approximate")
+
+
+def random_int16(shape, seed_generator):
+    # One int32 draw per two elements, split in two.
+    half = (shape[-1] + 1) // 2
+    bits = keras.random.randint(
+        (*shape[:-1], half), minval=-(2**31), maxval=2**31 - 1, dtype="int32", seed=seed_generator
+    )
+    return ops.view(bits, "int16")[..., : shape[-1]]
+
+
+def random_int16_is_cheap():
+    return True
+
+
+def keep_mask(bits, threshold, dtype):
+    return ops.cast(bits >= threshold, dtype)
+
+
+def fuses_keep_masks():
+    return False
+
+
+def dropout_add(x, h, mask, scale):
+    return x + h * mask * ops.cast(scale, h.dtype)
+
+
+def exact_bfloat16_softmax():
+    return False
+
+
+def fuses_adamw(variables):
+    return False
+
+
+def adamw_step(variables, grads, momentums, velocities, step, learning_rate, beta_1, beta_2, epsilon,
+               weight_decay):
+    # Keras AdamW's update, in its order: decoupled decay, then Adam with
+    # epsilon added to sqrt(v) before v's bias correction.
+    alpha = learning_rate * (1 - beta_2**step) ** 0.5 / (1 - beta_1**step)
+    for variable, grad, m, v in zip(variables, grads, momentums, velocities):
+        grad = ops.cast(grad, variable.dtype)
+        if weight_decay:
+            variable.assign(variable - variable * (learning_rate * weight_decay))
+        m.assign(m + (grad - m) * (1 - beta_1))
+        v.assign(v + (ops.square(grad) - v) * (1 - beta_2))
+        variable.assign(variable - (m * alpha) / (ops.sqrt(v) + epsilon))

@@ -1,0 +1,27 @@
+"""TensorFlow's implementations of kbert's primitives (public TF APIs only)."""
+
+import keras
+import tensorflow as tf
+
+
+def dense(x, kernel, bias, activation=None):
+    # A 2-D `MatMul` + `BiasAdd` (+ `Gelu`) is the pattern oneDNN's graph
+    # rewriter fuses into one kernel; Keras' batched matmul and separate add
+    # are not (for BERT-base inference the feed-forward's exact GELU alone
+    # otherwise costs a tenth of the time).
+    flat = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel), bias)
+    if activation is not None:
+        flat = tf.nn.gelu(flat, approximate=activation == "gelu_approximate")
+    return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[-1]]], axis=0))
+
+
+def random_int16(shape, seed_generator):
+    half = (shape[-1] + 1) // 2
+    bits = keras.random.randint(
+        (*shape[:-1], half), minval=-(2**31), maxval=2**31 - 1, dtype="int32", seed=seed_generator
+    )
+    # `ops.view` checks the last axis' size in Python, which a graph with a
+    # dynamic sequence length does not have.
+    halves = tf.bitcast(bits, tf.int16)  # [..., half, 2]
+    halves = tf.reshape(halves, tf.concat([tf.shape(bits)[:-1], [2 * half]], axis=0))
+    return halves[..., : shape[-1]]

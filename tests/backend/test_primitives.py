@@ -1,0 +1,134 @@
+import importlib
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from kbert import backend
+from kbert.backend import default
+from tests.helpers import to_numpy
+
+BACKEND = keras.backend.backend()
+
+
+def tensor(shape, seed, dtype="float32"):
+    return ops.convert_to_tensor(np.random.default_rng(seed).normal(size=shape).astype(dtype))
+
+
+def native_dtype(name, request):
+    """The backend's own dtype object, as layers pass it (`inputs.dtype`)."""
+    if name == "bfloat16":
+        request.getfixturevalue("bfloat16")
+    return ops.ones((1,), dtype=name).dtype
+
+
+def test_each_backend_module_defines_only_named_primitives():
+    assert all(callable(getattr(default, name)) for name in backend.PRIMITIVES)
+    module = importlib.import_module(f"kbert.backend.{BACKEND}")
+    defined = {
+        name for name, value in vars(module).items()
+        if callable(value) and not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    }
+    assert defined <= set(backend.PRIMITIVES)  # a misspelt override would never run
+
+
+def test_each_backend_takes_its_fast_paths():
+    expected = {
+        "tensorflow": (True, False, False, False),
+        "jax": (False, False, False, False),
+        "torch": (True, True, True, True),
+    }[BACKEND]
+    float32_weights = [keras.Variable(np.zeros(2, "float32"))]
+    taken = (backend.random_int16_is_cheap(), backend.fuses_keep_masks(), backend.exact_bfloat16_softmax(),
+             backend.fuses_adamw(float32_weights))
+    assert taken == expected
+
+
+@pytest.mark.parametrize("activation", [None, "gelu", "gelu_approximate"])
+@pytest.mark.parametrize("shape", [(4, 16), (2, 3, 16), (2, 2, 3, 16)])
+def test_dense_equals_the_default(shape, activation):
+    x, kernel, bias = tensor(shape, 0), tensor((16, 8), 1), tensor((8,), 2)
+    np.testing.assert_allclose(to_numpy(backend.dense(x, kernel, bias, activation)),
+                               to_numpy(default.dense(x, kernel, bias, activation)), atol=1e-5)
+
+
+@pytest.mark.parametrize("draw", [backend.random_int16, default.random_int16], ids=["backend", "default"])
+def test_random_int16_sets_each_of_the_16_bits_half_the_time(draw):
+    seed = keras.random.SeedGenerator(1)
+    bits = to_numpy(draw((64, 32, 255), seed))  # an odd last axis uses part of the last draw
+    assert bits.shape == (64, 32, 255) and bits.dtype == np.int16
+    frequencies = ((bits.astype(np.int32)[..., None] >> np.arange(16)) & 1).mean(axis=(0, 1, 2))
+    np.testing.assert_allclose(frequencies, 0.5, atol=5e-3)  # 522k draws: standard error 7e-4
+    assert (to_numpy(draw((64, 32, 255), seed)) != bits).mean() > 0.99  # a new draw each call
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="only PyTorch's random_int16 uses Keras' private seeding")
+def test_random_int16_without_keras_private_seeding_is_the_default(monkeypatch):
+    monkeypatch.setattr(importlib.import_module("kbert.backend.torch"), "torch_seed_generator", None)
+    ours = backend.random_int16((3, 7), keras.random.SeedGenerator(5))
+    np.testing.assert_array_equal(to_numpy(ours), to_numpy(default.random_int16((3, 7), keras.random.SeedGenerator(5))))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_keep_mask_equals_the_default(dtype, request):
+    dtype = native_dtype(dtype, request)
+    bits = backend.random_int16((4, 8, 33), keras.random.SeedGenerator(2))
+    threshold = ops.cast(-(2**15) + 6554, "int16")
+    mask = backend.keep_mask(bits, threshold, dtype)
+    assert keras.backend.standardize_dtype(mask.dtype) == keras.backend.standardize_dtype(dtype)
+    expected = to_numpy(ops.cast(default.keep_mask(bits, threshold, dtype), "float32"))
+    assert set(np.unique(expected)) == {0.0, 1.0}
+    np.testing.assert_array_equal(to_numpy(ops.cast(mask, "float32")), expected)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dropout_add_equals_the_default(dtype, request):
+    dtype = native_dtype(dtype, request)
+    x, h = ops.cast(tensor((4, 8, 16), 3), dtype), ops.cast(tensor((4, 8, 16), 4), dtype)
+    mask = ops.cast(np.random.default_rng(5).random((4, 8, 16)) > 0.1, dtype)
+    ours, expected = (ops.cast(f(x, h, mask, 1 / 0.9), "float32") for f in (backend.dropout_add, default.dropout_add))
+    # bfloat16: the fused op rounds once, the default after each op.
+    tolerance = 1e-6 if keras.backend.standardize_dtype(dtype) == "float32" else 2e-2
+    np.testing.assert_allclose(to_numpy(ours), to_numpy(expected), rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.skipif(not backend.exact_bfloat16_softmax(), reason="this backend casts bfloat16 logits to float32")
+def test_exact_bfloat16_softmax_is_the_float32_softmax_rounded():
+    logits = ops.cast(tensor((4, 2, 9, 9), 6) * 4, "bfloat16")
+    expected = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), "bfloat16")
+    np.testing.assert_array_equal(to_numpy(ops.cast(ops.softmax(logits, axis=-1), "float32")),
+                                  to_numpy(ops.cast(expected, "float32")))
+
+
+def adamw_after_three_steps(step_function, weight_decay):
+    weights = [keras.Variable(to_numpy(tensor((5, 3), 7)) + 1), keras.Variable(to_numpy(tensor((3,), 8)))]
+    momentums = [keras.Variable(np.zeros(w.shape, "float32")) for w in weights]
+    velocities = [keras.Variable(np.zeros(w.shape, "float32")) for w in weights]
+    for step in (1, 2, 3):
+        grads = [tensor(w.shape, 10 + step) for w in weights]
+        step_function(weights, grads, momentums, velocities, step=step, learning_rate=0.01, beta_1=0.9,
+                      beta_2=0.999, epsilon=1e-6, weight_decay=weight_decay)
+    return [to_numpy(w) for w in weights]
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adamw_step_equals_the_default_and_keras_adamw(weight_decay):
+    ours = adamw_after_three_steps(backend.adamw_step, weight_decay)
+    for a, b in zip(ours, adamw_after_three_steps(default.adamw_step, weight_decay)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+    weights = [keras.Variable(to_numpy(tensor((5, 3), 7)) + 1), keras.Variable(to_numpy(tensor((3,), 8)))]
+    optimizer = keras.optimizers.AdamW(learning_rate=0.01, weight_decay=weight_decay, epsilon=1e-6)
+    for step in (1, 2, 3):
+        optimizer.apply_gradients([(tensor(w.shape, 10 + step), w) for w in weights])
+    for a, b in zip(ours, weights):
+        np.testing.assert_allclose(a, to_numpy(b), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="only PyTorch has a fused AdamW kernel")
+def test_without_the_fused_kernel_adamw_is_not_fused_and_steps_as_the_default(monkeypatch):
+    monkeypatch.setattr(importlib.import_module("kbert.backend.torch"), "_FUSED_ADAMW", False)
+    assert not backend.fuses_adamw([keras.Variable(np.zeros(2, "float32"))])
+    for a, b in zip(adamw_after_three_steps(backend.adamw_step, 0.1), adamw_after_three_steps(default.adamw_step, 0.1)):
+        np.testing.assert_array_equal(a, b)
