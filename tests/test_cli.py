@@ -1,15 +1,20 @@
-"""The `kbert` command on real data: train -> evaluate -> export -> serve-check."""
+"""The `kbert` command on real data: train -> evaluate -> export -> serve-check;
+and its answers to bad input: one line naming the file and row, exit code 2."""
 
+import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 
-from kbert.cli import main
+from kbert.cli import MAX_FIELD_CHARS, UsageError, build_parser, encode_labels, main, model_label_ids
 
 MR = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "mr")
+CLI = os.path.join(os.path.dirname(__file__), "..", "kbert", "cli.py")
 
 
 def run(capsys, *argv):
@@ -18,16 +23,38 @@ def run(capsys, *argv):
     return code, out, err
 
 
-@pytest.fixture
-def tiny_preset(tmp_path, minilm_dir):
+def write(folder, name, content):
+    path = folder / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_preset(tmp_path_factory, minilm_dir):
     """A small random BERT with MiniLM's vocabulary, in kbert's preset layout."""
     import kbert
 
-    folder = str(tmp_path / "tiny")
+    folder = str(tmp_path_factory.mktemp("tiny"))
     kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
                        max_sequence_length=64).save_to_preset(folder)
     kbert.BertTokenizer.from_preset(minilm_dir).save_to_preset(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tmp_path_factory, tiny_preset):
+    """Folders of untrained tiny classifiers as `kbert train` saves them: one
+    with class names, one with integer classes."""
+    import kbert
+
+    def save(class_names):
+        folder = str(tmp_path_factory.mktemp("classifier"))
+        model = kbert.BertClassifier.from_preset(tiny_preset, num_classes=2, class_names=class_names,
+                                                 sequence_length=16)
+        model.save_to_preset(folder)
+        return folder
+
+    return {"named": save(["pos", "neg"]), "integer": save(None)}
 
 
 def test_train_evaluate_predict_export_serve_check_round_trip(tmp_path, capsys, tiny_preset):
@@ -55,6 +82,21 @@ def test_train_evaluate_predict_export_serve_check_round_trip(tmp_path, capsys, 
     assert abs(served["probabilities"][0][1] - predictions[0]["probabilities"]["1"]) < 1e-3
 
 
+def test_train_from_a_bare_checkpoint_does_not_warn_that_the_head_is_untrained(tmp_path, capsys, minilm_dir):
+    from tests.presets.test_huggingface_import import save_random_checkpoint
+
+    checkpoint = tmp_path / "bare"
+    save_random_checkpoint(checkpoint, vocab_size=30522)
+    shutil.copy(os.path.join(minilm_dir, "vocab.txt"), checkpoint)
+    data = write(tmp_path, "train.csv", "text,label\na fine film,pos\na dull film,neg\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, out, _ = run(capsys, "train", "--data", data, "--preset", str(checkpoint), "--output",
+                           str(tmp_path / "m"), "--epochs", "1", "--sequence-length", "8", "--dtype", "float32")
+    assert code == 0 and "Saved the fine-tuned classifier" in out
+    assert not [w for w in caught if "initialisation" in str(w.message)]
+
+
 def test_unknown_columns_are_named_with_the_ones_that_exist(tmp_path, capsys):
     code, _, err = run(capsys, "train", "--data", f"{MR}/train.tsv", "--text-column", "review",
                        "--output", str(tmp_path / "m"))
@@ -62,24 +104,152 @@ def test_unknown_columns_are_named_with_the_ones_that_exist(tmp_path, capsys):
 
 
 def test_empty_data_and_missing_files_are_reported(tmp_path, capsys):
-    empty = tmp_path / "empty.csv"
-    empty.write_text("text,label\n")
-    code, _, err = run(capsys, "train", "--data", str(empty), "--output", str(tmp_path / "m"))
+    empty = write(tmp_path, "empty.csv", "text,label\n")
+    code, _, err = run(capsys, "train", "--data", empty, "--output", str(tmp_path / "m"))
     assert code == 2 and "no rows" in err
     code, _, err = run(capsys, "evaluate", "--model", str(tmp_path), "--data", str(tmp_path / "nope.csv"))
     assert code == 2 and "not a model saved by `kbert train`" in err
 
 
-def test_string_labels_become_class_names():
-    from kbert.cli import encode_labels
+def test_bytes_that_are_not_utf8_are_reported_by_line_and_column(tmp_path, capsys):
+    data = write(tmp_path, "latin1.csv", "text,label\nfine,1\ncaf\u00e9 noir,0\n".encode("latin-1"))
+    code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"))
+    assert code == 2 and "latin1.csv, line 3, column 4: byte b'\\xe9' is not UTF-8" in err
 
+
+def test_a_byte_order_mark_is_not_read_into_the_first_column(tmp_path, capsys, saved_classifier):
+    data = write(tmp_path, "excel.csv", b"\xef\xbb\xbftext,label\r\na fine film,pos\r\n")
+    code, out, _ = run(capsys, "predict", "--model", saved_classifier["named"], "--data", data)
+    assert code == 0 and json.loads(out)["text"] == "a fine film"
+
+
+def test_fields_past_csvs_default_limit_are_read_up_to_a_bound(tmp_path, capsys, saved_classifier):
+    long_text = "word " * 40_000  # 200,000 characters; csv's default limit is 131,072
+    data = write(tmp_path, "long.csv", f'text\n"{long_text}"\n')
+    code, out, _ = run(capsys, "predict", "--model", saved_classifier["named"], "--data", data)
+    assert code == 0 and json.loads(out)["text"] == long_text
+
+    unclosed = write(tmp_path, "unclosed.csv", 'text,label\nfine,1\n"' + "x" * MAX_FIELD_CHARS + ",0\n")
+    code, _, err = run(capsys, "train", "--data", unclosed, "--output", str(tmp_path / "m"))
+    assert code == 2 and "line 3: the row starting there has a field longer than 4,194,304 characters" in err
+    assert "unclosed quote" in err
+
+
+def test_a_row_without_a_label_is_named(tmp_path, capsys):
+    short = write(tmp_path, "short.csv", "text,label\na fine film,1\na dull film\n")
+    code, _, err = run(capsys, "train", "--data", short, "--output", str(tmp_path / "m"))
+    assert code == 2 and "short.csv, line 3: no value for column 'label'" in err
+    blank = write(tmp_path, "blank.csv", "text,label\na fine film,1\na dull film, \n")
+    code, _, err = run(capsys, "train", "--data", blank, "--output", str(tmp_path / "m"))
+    assert code == 2 and "blank.csv, line 3: the label (column 'label') is empty" in err
+
+
+def test_integer_labels_must_be_every_class_id_unless_num_classes_is_given(tmp_path, capsys):
+    with pytest.raises(UsageError, match="1, 2, 3, 4, 5, 6 never occur.*--num-classes 8"):
+        encode_labels(["0", "7", "0"])
+    assert encode_labels(["0", "7", "0"], num_classes=8) == ([0, 7, 0], None)
+    with pytest.raises(UsageError, match="line 4: label 7 is outside 0..2"):
+        encode_labels(["0", "1", "7"], num_classes=3, line_numbers=[2, 3, 4])
+    data = write(tmp_path, "gap.csv", "text,label\na,0\nb,7\n")
+    code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"))
+    assert code == 2 and "never occur" in err and not os.path.exists(tmp_path / "m")
+
+
+def test_string_labels_become_class_names():
     assert encode_labels(["pos", "neg", "pos"]) == ([1, 0, 1], ["neg", "pos"])
     assert encode_labels(["0", "1"]) == ([0, 1], None)
 
 
-def test_console_script_is_installed_and_every_subcommand_has_help():
-    from kbert.cli import build_parser
+def test_evaluate_maps_labels_through_the_models_own_class_names(tmp_path, capsys, saved_classifier):
+    assert model_label_ids(["neg", "pos"], ["pos", "neg"], 2) == [1, 0]
+    names = write(tmp_path, "names.csv", "text,label\na fine film,pos\na dull film,neg\n")
+    code, _, err = run(capsys, "evaluate", "--model", saved_classifier["integer"], "--data", names)
+    assert code == 2 and "line 2: label 'pos' is a name, but the model was trained on integer labels 0..1" in err
+    other = write(tmp_path, "other.csv", "text,label\na fine film,pos\na dull film,negative\n")
+    code, _, err = run(capsys, "evaluate", "--model", saved_classifier["named"], "--data", other)
+    assert code == 2 and "line 3: label 'negative' is not one of the model's classes (pos, neg)" in err
 
+
+def test_predict_honours_max_examples(tmp_path, capsys, saved_classifier):
+    data = write(tmp_path, "three.csv", "text\none\ntwo\nthree\n")
+    code, out, _ = run(capsys, "predict", "--model", saved_classifier["named"], "--data", data,
+                       "--max-examples", "2")
+    assert code == 0 and [json.loads(line)["text"] for line in out.splitlines()] == ["one", "two"]
+    code, out, _ = run(capsys, "predict", "--model", saved_classifier["named"], "a", "b", "--max-examples", "1")
+    assert code == 0 and len(out.splitlines()) == 1
+
+
+def test_counts_below_one_are_refused_before_anything_runs(tmp_path, capsys):
+    for option in ("--epochs", "--batch-size", "--max-examples"):
+        with pytest.raises(SystemExit) as exit:
+            main(["train", "--data", f"{MR}/train.tsv", "--output", str(tmp_path / "m"), option, "0"])
+        assert exit.value.code == 2 and f"argument {option}: 0 is less than 1" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_an_unknown_dtype_is_refused_with_the_choices(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["train", "--data", f"{MR}/train.tsv", "--output", str(tmp_path / "m"), "--dtype", "float8"])
+    assert exit.value.code == 2 and "invalid choice: 'float8'" in capsys.readouterr().err
+
+
+def test_kbert_errors_are_one_line_on_stderr_and_debug_shows_the_traceback(tmp_path, capsys, saved_classifier):
+    version = tmp_path / "saved" / "1"
+    version.mkdir(parents=True)
+    (version / "saved_model.pb").write_bytes(b"")
+    code, out, err = run(capsys, "export", "--model", saved_classifier["named"], "--output", str(version))
+    assert code == 2 and out == "" and err.startswith("kbert export: error: FileExistsError: ")
+    assert len(err.strip().splitlines()) == 1
+
+    data = write(tmp_path, "train.csv", "text,label\na,0\nb,1\n")
+    with pytest.raises(FileNotFoundError):
+        main(["train", "--data", data, "--output", str(tmp_path / "m"), "--preset", str(tmp_path / "nope"),
+              "--debug"])
+
+    # Offline (as tests are), a repository that is not in the cache.
+    code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"),
+                       "--preset", "hf://nobody/no-such-model")
+    assert code == 2 and err.startswith("kbert train: error: ") and len(err.strip().splitlines()) == 1
+
+    code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"),
+                       "--preset", saved_classifier["named"], "--sequence-length", "100")
+    assert code == 2 and "ValueError: sequence_length=100 is longer than this model's maximum, 64" in err
+
+
+def test_presets_lists_trains_default_preset(capsys):
+    default = build_parser().parse_args(["train", "--data", "d.csv", "--output", "m"]).preset
+    code, out, _ = run(capsys, "presets")
+    assert code == 0 and f"\n{default}: " in out
+
+
+def test_every_option_has_help_text_and_shows_its_default():
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if a.dest == "command").choices
+    for name, subparser in subcommands.items():
+        text = " ".join(subparser.format_help().split())
+        for action in subparser._actions:
+            assert action.help, f"kbert {name} {action.dest} has no help"
+            if action.default not in (None, False) and action.default != argparse.SUPPRESS and not action.required:
+                assert f"(default: {action.default})" in text, f"kbert {name} {action.dest}"
+
+
+def test_help_imports_neither_kbert_nor_tensorflow():
+    # cli.py run on its own: what `kbert --help` costs beyond `import kbert`.
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('cli', {CLI!r})\n"
+        "cli = importlib.util.module_from_spec(spec); spec.loader.exec_module(cli)\n"
+        "for argv in (['--help'], ['train', '--help'], ['predict', '--help']):\n"
+        "    try: cli.main(argv)\n"
+        "    except SystemExit: pass\n"
+        "print(sorted(m for m in ('kbert', 'keras', 'tensorflow', 'numpy') if m in sys.modules), file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr[-2000:]
+    assert "usage: kbert predict" in result.stdout
+
+
+def test_console_script_is_installed_and_every_subcommand_has_help():
     script = os.path.join(os.path.dirname(sys.executable), "kbert")
     listed = subprocess.run([script, "--help"], capture_output=True, text=True).stdout
     commands = ("presets", "train", "evaluate", "predict", "export", "serve-check")
