@@ -245,8 +245,11 @@ class _Progress:
     def __init__(self):
         self.file = None
         self.last = time.monotonic()
+        self.given_up = False
 
     def start(self, filename):
+        if self.given_up:  # the caller has had its TimeoutError: fetch no more
+            raise TimeoutError(f"Download given up before {filename}.")
         self.file = filename
         self.last = time.monotonic()
 
@@ -259,10 +262,11 @@ def _without_stalls(download, storage, what, how):
     after any data, so a server that sends a byte now and then would hold a
     load forever. Progress is read off the partial files (`*.incomplete`) it
     writes into the cache's blobs/ folder, which every huggingface_hub
-    version does. A download given up on goes on in its daemon thread until
-    huggingface_hub's own timeouts end it; it never names a partial file.
+    version does. A file whose download is given up on goes on in the
+    daemon thread until huggingface_hub's own timeouts and retries end it
+    (it never names a partial file); no further file is fetched.
     """
-    stall_s = float(os.environ.get("KBERT_DOWNLOAD_TIMEOUT") or STALL_TIMEOUT_S)
+    stall_s = _seconds("KBERT_DOWNLOAD_TIMEOUT", STALL_TIMEOUT_S)
     progress, outcome = _Progress(), {}
 
     def run():
@@ -280,6 +284,7 @@ def _without_stalls(download, storage, what, how):
         if now_written != written:
             written, progress.last = now_written, time.monotonic()
         if thread.is_alive() and time.monotonic() - progress.last > stall_s:
+            progress.given_up = True
             raise TimeoutError(
                 f"Downloading {progress.file} of {what} from {hf_endpoint()} made no progress for {stall_s:g} s, "
                 "so it was given up; nothing partial was kept. Run it again, or raise KBERT_DOWNLOAD_TIMEOUT "
@@ -288,6 +293,17 @@ def _without_stalls(download, storage, what, how):
     if "error" in outcome:
         raise outcome["error"]
     return outcome["folder"]
+
+
+def _seconds(variable, default):
+    value = os.environ.get(variable) or default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0
+    if not seconds > 0:
+        raise ValueError(f"{variable}={value!r}: expected a number of seconds above 0, e.g. {variable}={default}.")
+    return seconds
 
 
 def _partial_files(storage):
@@ -306,7 +322,7 @@ def _download(repo, revision, cache, what, how, progress):
         try:
             return huggingface_hub.hf_hub_download(
                 repo, filename, revision=revision, cache_dir=cache, endpoint=endpoint,
-                etag_timeout=float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or 10), library_name="kbert",
+                etag_timeout=_seconds("HF_HUB_ETAG_TIMEOUT", 10), library_name="kbert",
             )
         except Exception as e:
             if optional and _is_missing_file(e):

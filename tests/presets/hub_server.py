@@ -67,17 +67,19 @@ class HubServer:
         if method == "HEAD":
             return
         filename = match["filename"]
+        # A stalled or trickling body is sent whole once the server stops, so
+        # that the client given up on ends quietly instead of retrying.
         if filename in self.stall:
             handler.wfile.flush()
             self._released.wait(30)
-            handler.close_connection = True
+            handler.wfile.write(body)
         elif filename in self.trickle:
             for i in range(len(body)):
                 handler.wfile.write(body[i:i + 1])
                 handler.wfile.flush()
                 if self._released.wait(0.2):
+                    handler.wfile.write(body[i + 1:])
                     break
-            handler.close_connection = True
         elif filename in self.truncate:
             handler.wfile.write(body[: len(body) // 2])
             handler.wfile.flush()
