@@ -206,7 +206,10 @@ def hub_snapshot(repo, revision=None, name=None):
             return folder
         raise ConnectionError(f"Offline mode is on and {what} is not in the Hugging Face cache ({cache}). {how}")
     storage = os.path.join(cache, "models--" + repo.replace("/", "--"))  # the cache's layout
-    return _without_stalls(lambda progress: _download(repo, revision, cache, what, how, progress), storage, what, how)
+    etag_timeout = _seconds("HF_HUB_ETAG_TIMEOUT", 10)
+    return _without_stalls(
+        lambda progress: _download(repo, revision, cache, etag_timeout, what, how, progress), storage, what, how
+    )
 
 
 def _cached_snapshot(repo, revision, cache, tokenizer_config_checked=True):
@@ -272,24 +275,26 @@ def _without_stalls(download, storage, what, how):
     def run():
         try:
             outcome["folder"] = download(progress)
-        except BaseException as e:  # handed to the caller's thread as is
+        except Exception as e:  # handed to the caller's thread as is
             outcome["error"] = e
 
     thread = threading.Thread(target=run, name=f"kbert download {what}", daemon=True)
     thread.start()
     written = _partial_files(storage)
-    while thread.is_alive():
-        thread.join(min(1.0, stall_s / 4))
-        now_written = _partial_files(storage)
-        if now_written != written:
-            written, progress.last = now_written, time.monotonic()
-        if thread.is_alive() and time.monotonic() - progress.last > stall_s:
-            progress.given_up = True
-            raise TimeoutError(
-                f"Downloading {progress.file} of {what} from {hf_endpoint()} made no progress for {stall_s:g} s, "
-                "so it was given up; nothing partial was kept. Run it again, or raise KBERT_DOWNLOAD_TIMEOUT "
-                f"(seconds, now {stall_s:g}) on a slow connection. {how}"
-            )
+    try:
+        while thread.is_alive():
+            thread.join(min(1.0, stall_s / 4))
+            now_written = _partial_files(storage)
+            if now_written != written:
+                written, progress.last = now_written, time.monotonic()
+            if thread.is_alive() and time.monotonic() - progress.last > stall_s:
+                raise TimeoutError(
+                    f"Downloading {progress.file} of {what} from {hf_endpoint()} made no progress for "
+                    f"{stall_s:g} s, so it was given up; no part of it is cached as a whole file. Run it again, "
+                    f"or raise KBERT_DOWNLOAD_TIMEOUT (seconds, now {stall_s:g}) on a slow connection. {how}"
+                )
+    finally:
+        progress.given_up = True  # also on Ctrl-C
     if "error" in outcome:
         raise outcome["error"]
     return outcome["folder"]
@@ -314,7 +319,7 @@ def _partial_files(storage):
         return {}
 
 
-def _download(repo, revision, cache, what, how, progress):
+def _download(repo, revision, cache, etag_timeout, what, how, progress):
     endpoint = hf_endpoint()
 
     def fetch(filename, revision, optional=False):
@@ -322,7 +327,7 @@ def _download(repo, revision, cache, what, how, progress):
         try:
             return huggingface_hub.hf_hub_download(
                 repo, filename, revision=revision, cache_dir=cache, endpoint=endpoint,
-                etag_timeout=_seconds("HF_HUB_ETAG_TIMEOUT", 10), library_name="kbert",
+                etag_timeout=etag_timeout, library_name="kbert",
             )
         except Exception as e:
             if optional and _is_missing_file(e):
