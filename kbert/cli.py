@@ -37,7 +37,8 @@ class UsageError(Exception):
     """A mistake in the command's input, reported without a traceback."""
 
 
-Table = collections.namedtuple("Table", ["texts", "labels", "line_numbers"])
+# `places`: each row's "file, line N", for errors about a row.
+Table = collections.namedtuple("Table", ["texts", "labels", "places"])
 
 
 def _utf8_lines(file, path):
@@ -57,8 +58,8 @@ def _utf8_lines(file, path):
 
 
 def read_table(path, text_column, label_column=None, text_pair_column=None, max_examples=None):
-    """Texts (or pairs), labels (or None) and each row's line number in a
-    CSV or TSV file with a header row; at most `max_examples` rows."""
+    """Texts (or pairs), labels (or None) and each row's place in a CSV or
+    TSV file with a header row; at most `max_examples` rows."""
     if not os.path.isfile(path):
         raise UsageError(f"No such data file: {path}")
     delimiter = "\t" if path.endswith((".tsv", ".tab")) else ","
@@ -116,17 +117,17 @@ def read_table(path, text_column, label_column=None, text_pair_column=None, max_
             if not label:
                 raise UsageError(f"{path}, line {line}: the label (column {label_column!r}) is empty. "
                                  "Every row needs a label: fill it in or remove the row.")
-    return Table(texts, labels, line_numbers)
+    return Table(texts, labels, [f"{path}, line {line}" for line in line_numbers])
 
 
 def _is_integer(label):
     return (label[1:] if label.startswith("-") else label).isdecimal()
 
 
-def _first(ids, bad, line_numbers):
+def _first(labels, bad, places):
     """The first label for which `bad(label)` holds, and where it is."""
-    i = next(i for i, v in enumerate(ids) if bad(v))
-    return ids[i], (f"line {line_numbers[i]}" if line_numbers else f"row {i + 1}")
+    i = next(i for i, v in enumerate(labels) if bad(v))
+    return labels[i], (places[i] if places else f"row {i + 1}")
 
 
 def _listing(values, most=6):
@@ -134,7 +135,7 @@ def _listing(values, most=6):
     return shown + (f" and {len(values) - most} more" if len(values) > most else "")
 
 
-def encode_labels(labels, num_classes=None, line_numbers=None):
+def encode_labels(labels, num_classes=None, places=None):
     """Label ids and class names to train on. Integer labels are the ids
     0, ..., n-1 themselves, where n is `num_classes`, or else the number of
     labels seen, all of which must then occur (so that {0, 7} can't make an
@@ -151,11 +152,11 @@ def encode_labels(labels, num_classes=None, line_numbers=None):
     ids = [int(label) for label in labels]
     if num_classes is not None:
         if not all(0 <= i < num_classes for i in ids):
-            label, where = _first(ids, lambda i: not 0 <= i < num_classes, line_numbers)
+            label, where = _first(ids, lambda i: not 0 <= i < num_classes, places)
             raise UsageError(f"{where}: label {label} is outside 0..{num_classes - 1} (--num-classes {num_classes}).")
         return ids, None
     if min(ids) < 0:
-        label, where = _first(ids, lambda i: i < 0, line_numbers)
+        label, where = _first(ids, lambda i: i < 0, places)
         raise UsageError(f"{where}: label {label} is negative; integer labels are the class ids 0, 1, 2, ...")
     absent = sorted(set(range(max(ids) + 1)) - set(ids))
     if absent:
@@ -167,28 +168,28 @@ def encode_labels(labels, num_classes=None, line_numbers=None):
     return ids, None
 
 
-def model_label_ids(labels, class_names, num_classes, line_numbers=None):
+def model_label_ids(labels, class_names, num_classes, places=None):
     """Label ids for a trained model: names looked up in the model's
     `class_names` (never re-sorted: the model's order is the one it learned),
     or, for a model without names, integer ids in 0..num_classes-1."""
     if class_names:
         index = {str(name): i for i, name in enumerate(class_names)}
         if not all(label in index for label in labels):
-            label, where = _first(labels, lambda v: v not in index, line_numbers)
+            label, where = _first(labels, lambda v: v not in index, places)
             raise UsageError(
                 f"{where}: label {label!r} is not one of the model's classes ({_listing(class_names)}). "
                 "Use the label names the model was trained on."
             )
         return [index[label] for label in labels]
     if not all(_is_integer(label) for label in labels):
-        label, where = _first(labels, lambda v: not _is_integer(v), line_numbers)
+        label, where = _first(labels, lambda v: not _is_integer(v), places)
         raise UsageError(
             f"{where}: label {label!r} is a name, but the model was trained on integer labels "
             f"0..{num_classes - 1} and has no class names. Give the labels as those ids."
         )
     ids = [int(label) for label in labels]
     if not all(0 <= i < num_classes for i in ids):
-        label, where = _first(ids, lambda i: not 0 <= i < num_classes, line_numbers)
+        label, where = _first(ids, lambda i: not 0 <= i < num_classes, places)
         raise UsageError(f"{where}: label {label} is outside the model's classes 0..{num_classes - 1}.")
     return ids
 
@@ -201,7 +202,7 @@ def _train(args):
     import kbert
 
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
-    label_ids, class_names = encode_labels(table.labels, args.num_classes, table.line_numbers)
+    label_ids, class_names = encode_labels(table.labels, args.num_classes, table.places)
     num_classes = args.num_classes or (len(class_names) if class_names else max(label_ids) + 1)
     if num_classes < 2:
         raise UsageError(f"{args.data} has a single class; a classifier needs at least two.")
@@ -225,7 +226,7 @@ def _evaluate(args):
 
     model = _load(args.model)
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
-    label_ids = model_label_ids(table.labels, model.class_names, model.num_classes, table.line_numbers)
+    label_ids = model_label_ids(table.labels, model.class_names, model.num_classes, table.places)
     results = model.evaluate(table.texts, np.array(label_ids), batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: round(float(v), 6) for k, v in results.items()}))
 
@@ -342,55 +343,58 @@ def build_parser():
         return p
 
     def data_args(p, labels=True):
-        p.add_argument("--data", required=labels, help="CSV (.csv) or TSV (.tsv, .tab) file, UTF-8, with a header row")
-        p.add_argument("--text-column", default="text", help="column of the texts")
-        p.add_argument("--text-pair-column", help="column of the second texts, for sentence pairs")
+        p.add_argument("--data", required=labels, metavar="FILE",
+                       help="CSV (.csv) or TSV (.tsv, .tab) file, UTF-8, with a header row")
+        p.add_argument("--text-column", default="text", metavar="NAME", help="column of the texts")
+        p.add_argument("--text-pair-column", metavar="NAME", help="column of the second texts, for sentence pairs")
         if labels:
-            p.add_argument("--label-column", default="label",
+            p.add_argument("--label-column", default="label", metavar="NAME",
                            help="column of the labels: class ids 0..n-1, or class names")
-        p.add_argument("--max-examples", type=_count(1), help="use only the first N rows (default: all)")
-        p.add_argument("--batch-size", type=_count(1), default=32, help="examples per batch")
+        p.add_argument("--max-examples", type=_count(1), metavar="N",
+                       help="use only the first N rows (default: all)")
+        p.add_argument("--batch-size", type=_count(1), default=32, metavar="N", help="examples per batch")
 
     command("presets", "list the registered presets").set_defaults(run=_presets)
 
     p = command("train", "fine-tune a classifier on a CSV/TSV file")
     data_args(p)
-    p.add_argument("--preset", default="minilm",
+    p.add_argument("--preset", default="minilm", metavar="PRESET",
                    help="pre-trained model: a name from `kbert presets` (minilm: all-MiniLM-L6-v2), "
                         "hf://owner/name, or a folder")
-    p.add_argument("--output", required=True, help="folder to save the fine-tuned model in")
-    p.add_argument("--num-classes", type=_count(2),
+    p.add_argument("--output", required=True, metavar="FOLDER", help="folder to save the fine-tuned model in")
+    p.add_argument("--num-classes", type=_count(2), metavar="N",
                    help="number of classes, for integer labels where some class ids are absent from the data "
                         "(default: the number of labels found)")
-    p.add_argument("--epochs", type=_count(1), default=2, help="passes over the data")
-    p.add_argument("--sequence-length", type=_count(2), default=128,
+    p.add_argument("--epochs", type=_count(1), default=2, metavar="N", help="passes over the data")
+    p.add_argument("--sequence-length", type=_count(2), default=128, metavar="N",
                    help="tokens per example, [CLS] and [SEP] included; longer texts are truncated")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "mixed_bfloat16"],
                    help="auto: bfloat16 matrix multiplications where this CPU/GPU runs them fast, else float32")
     p.set_defaults(run=_train)
 
     p = command("evaluate", "loss and accuracy of a trained model on a labelled file")
-    p.add_argument("--model", required=True, help="folder written by `kbert train`")
+    p.add_argument("--model", required=True, metavar="FOLDER", help="folder written by `kbert train`")
     data_args(p)
     p.set_defaults(run=_evaluate)
 
     p = command("predict", "labels and probabilities for texts")
-    p.add_argument("--model", required=True, help="folder written by `kbert train`")
+    p.add_argument("--model", required=True, metavar="FOLDER", help="folder written by `kbert train`")
     p.add_argument("texts", nargs="*", help="texts to classify (or --data FILE)")
     data_args(p, labels=False)
     p.set_defaults(run=_predict)
 
     p = command("export", "write a SavedModel for TF Serving")
-    p.add_argument("--model", required=True, help="folder written by `kbert train`")
-    p.add_argument("--output", required=True,
+    p.add_argument("--model", required=True, metavar="FOLDER", help="folder written by `kbert train`")
+    p.add_argument("--output", required=True, metavar="FOLDER",
                    help="saved_models/<name> (writes the next version, <name>/1, <name>/2, ...) "
                         "or saved_models/<name>/<version>")
     p.set_defaults(run=_export)
 
     p = command("serve-check", "load a SavedModel as TF Serving would and answer a request")
     p.add_argument("path", help="the SavedModel's version folder, e.g. saved_models/mr/1")
-    p.add_argument("--text", action="append", required=True, help="a text to classify; repeat for a batch")
-    p.add_argument("--text-pair", action="append", help="the second text of a pair; one per --text")
+    p.add_argument("--text", action="append", required=True, metavar="TEXT",
+                   help="a text to classify; repeat for a batch")
+    p.add_argument("--text-pair", action="append", metavar="TEXT", help="the second text of a pair; one per --text")
     p.set_defaults(run=_serve_check)
     return parser
 

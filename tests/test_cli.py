@@ -148,8 +148,8 @@ def test_integer_labels_must_be_every_class_id_unless_num_classes_is_given(tmp_p
     with pytest.raises(UsageError, match="1, 2, 3, 4, 5, 6 never occur.*--num-classes 8"):
         encode_labels(["0", "7", "0"])
     assert encode_labels(["0", "7", "0"], num_classes=8) == ([0, 7, 0], None)
-    with pytest.raises(UsageError, match="line 4: label 7 is outside 0..2"):
-        encode_labels(["0", "1", "7"], num_classes=3, line_numbers=[2, 3, 4])
+    with pytest.raises(UsageError, match="a.csv, line 4: label 7 is outside 0..2"):
+        encode_labels(["0", "1", "7"], num_classes=3, places=["a.csv, line 2", "a.csv, line 3", "a.csv, line 4"])
     data = write(tmp_path, "gap.csv", "text,label\na,0\nb,7\n")
     code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"))
     assert code == 2 and "never occur" in err and not os.path.exists(tmp_path / "m")
@@ -164,10 +164,10 @@ def test_evaluate_maps_labels_through_the_models_own_class_names(tmp_path, capsy
     assert model_label_ids(["neg", "pos"], ["pos", "neg"], 2) == [1, 0]
     names = write(tmp_path, "names.csv", "text,label\na fine film,pos\na dull film,neg\n")
     code, _, err = run(capsys, "evaluate", "--model", saved_classifier["integer"], "--data", names)
-    assert code == 2 and "line 2: label 'pos' is a name, but the model was trained on integer labels 0..1" in err
+    assert code == 2 and "names.csv, line 2: label 'pos' is a name, but the model was trained on integer" in err
     other = write(tmp_path, "other.csv", "text,label\na fine film,pos\na dull film,negative\n")
     code, _, err = run(capsys, "evaluate", "--model", saved_classifier["named"], "--data", other)
-    assert code == 2 and "line 3: label 'negative' is not one of the model's classes (pos, neg)" in err
+    assert code == 2 and "other.csv, line 3: label 'negative' is not one of the model's classes (pos, neg)" in err
 
 
 def test_predict_honours_max_examples(tmp_path, capsys, saved_classifier):
