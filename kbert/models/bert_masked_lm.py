@@ -1,12 +1,12 @@
 import keras
-import numpy as np
 import tensorflow as tf
 
 from kbert.layers import MaskedLMHead
 from kbert.models.bert_backbone import bert_initializer
-from kbert.models.task import Task
+from kbert.models.task import Task, serving_text
 from kbert.presets.huggingface import T
 from kbert.text import MaskedLMMaskGenerator
+from kbert.text.masking import top_k_guesses, written_masks
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -29,8 +29,8 @@ class BertMaskedLM(Task):
 
     Example:
     >>> model = kbert.BertMaskedLM.from_preset("base")
-    >>> model.fill_mask("i went to the [MASK] to deposit my paycheck.")
-    [('bank', 0.93), ...]
+    >>> model.fill_mask(["i went to the [MASK] to deposit my paycheck."])
+    [[[('bank', 0.93), ...]]]
     """
 
     def __init__(self, backbone, preprocessor=None, mask_selection_rate=0.15, max_predictions=None,
@@ -102,28 +102,48 @@ class BertMaskedLM(Task):
             (head.bias, "cls.predictions.bias", None),
         ]
 
-    def fill_mask(self, text, top_k=5):
-        """Top-k words for each `[MASK]` in `text`, with probabilities.
+    def _answering(self, pairs=False, top_k=5):
+        preprocessor = self._batch_preprocessor()
+        vocabulary = tf.constant(preprocessor.tokenizer.vocabulary)
 
-        Returns a list of `(token, probability)` pairs for a single [MASK],
-        or a list of such lists for several.
+        def preprocess(*texts):
+            return written_masks(preprocessor(texts if len(texts) > 1 else texts[0]), preprocessor.tokenizer.mask_id)
+
+        def postprocess(outputs, is_slot):
+            answers = top_k_guesses(outputs["mlm_logits"], is_slot, vocabulary, top_k)
+            if pairs:
+                # Label 0: text_pair follows text.
+                answers["next_sentence_probability"] = tf.nn.softmax(tf.cast(outputs["nsp_logits"], tf.float32))[:, 0]
+            return answers
+
+        signature = [serving_text(), serving_text("text_pair")][:2 if pairs else 1]
+        return preprocess, postprocess, signature, {"token_ids": -1}
+
+    def fill_mask(self, texts, top_k=5, batch_size=32):
+        """The `top_k` guesses at each `[MASK]` written in each text, as the
+        exported model gives them.
+
+        Args:
+            texts: a list of texts, each with at least one `[MASK]`.
+
+        Returns:
+            A list, per text, per [MASK], of `top_k` `(token, probability)`
+            pairs, the most likely first.
+
+        Example:
+        >>> model.fill_mask(["i went to the [MASK] to deposit my paycheck."], top_k=2)
+        [[[('bank', 0.93), ('store', 0.01)]]]
         """
-        if self.preprocessor is None:
-            raise ValueError("fill_mask needs a preprocessor to read text; build the model with one.")
-        tokenizer = self.preprocessor.tokenizer
-        features = {k: keras.ops.convert_to_numpy(v) for k, v in self.preprocessor([text]).items()}
-        positions = np.flatnonzero(features["token_ids"][0] == tokenizer.mask_id)
-        if not len(positions):
-            raise ValueError(f"No [MASK] token in {text!r}; write [MASK] where a word should be guessed.")
-        features["mask_positions"] = positions[None, :].astype("int32")
-        logits = keras.ops.convert_to_numpy(self(features, training=False)["mlm_logits"])[0]
-        probabilities = np.exp(logits - logits.max(-1, keepdims=True))
-        probabilities /= probabilities.sum(-1, keepdims=True)
-        answers = []
-        for row in probabilities:
-            best = np.argsort(-row)[:top_k]
-            answers.append([(tokenizer.id_to_token(int(i)), float(row[i])) for i in best])
-        return answers[0] if len(answers) == 1 else answers
+        if isinstance(texts, (str, bytes)):
+            raise ValueError("fill_mask takes a list of texts: fill_mask([text]).")
+        rows = self._answers_in_slices((list(texts),), batch_size=batch_size, top_k=top_k)
+        results = [[list(zip(tokens, map(float, p))) for tokens, p, ids in
+                    zip(r["tokens"], r["probabilities"], r["token_ids"]) if ids[0] >= 0] for r in rows]
+        missing = [i for i, guesses in enumerate(results) if not guesses]
+        if missing:
+            raise ValueError(f"No [MASK] token in texts {missing[:5]} (e.g. {texts[missing[0]]!r}); write [MASK] "
+                             "where a word should be guessed.")
+        return results
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -145,6 +165,8 @@ class BertPretrainer(BertMaskedLM):
     >>> model = kbert.BertPretrainer(backbone, preprocessor)
     >>> model.fit(pairs.batch(32), epochs=10)
     """
+
+    takes_pairs = True
 
     def _is_raw(self, x):
         if isinstance(x, tf.data.Dataset) and isinstance(x.element_spec, dict):

@@ -268,3 +268,27 @@ def _take_words_that_fit(sizes, budget, max_predictions):
     first_fallback = tf.one_hot(first, tf.shape(sizes)[1], on_value=True, off_value=False) & fallback
     nothing_taken = ~tf.reduce_any(take, axis=1, keepdims=True)
     return take | (first_fallback & nothing_taken)
+
+
+def written_masks(features, mask_id):
+    """The `[MASK]`s written in the text, as the masked-LM model's
+    `mask_positions` input `[batch, slots]` (at least one slot per row, so a
+    batch without [MASK] keeps its shape), and which slots are real."""
+    is_mask = tf.equal(features["token_ids"], mask_id)
+    positions = tf.ragged.boolean_mask(tf.broadcast_to(tf.range(tf.shape(is_mask)[1]), tf.shape(is_mask)), is_mask)
+    num_slots = tf.maximum(tf.reduce_max(tf.concat([positions.row_lengths(), [0]], 0)), 1)
+    shape = tf.stack([positions.nrows(), tf.cast(num_slots, tf.int64)])
+    features = dict(features, mask_positions=positions.to_tensor(0, shape=shape))
+    return features, tf.sequence_mask(positions.row_lengths(), num_slots)
+
+
+def top_k_guesses(mlm_logits, is_slot, vocabulary, top_k):
+    """The `top_k` tokens at each real slot: `tokens`, `token_ids` and
+    `probabilities` `[batch, slots, top_k]` ("" / -1 / 0 at padded slots)."""
+    probabilities, token_ids = tf.math.top_k(tf.nn.softmax(tf.cast(mlm_logits, tf.float32)), top_k)
+    is_slot = is_slot[:, :, None]
+    return {
+        "tokens": tf.where(is_slot, tf.gather(vocabulary, token_ids), ""),
+        "token_ids": tf.where(is_slot, token_ids, -1),
+        "probabilities": tf.where(is_slot, probabilities, 0.0),
+    }

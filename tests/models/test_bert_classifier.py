@@ -188,6 +188,7 @@ def test_empty_data_is_refused(minilm_dir):
 
 def test_sequence_length_above_the_maximum_is_refused(tmp_path):
     save_random_checkpoint(tmp_path)  # 40 positions
-    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]) + "\n")
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"token{i}" for i in range(115)]  # vocab_size 120
+    (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in tokens))
     with pytest.raises(ValueError, match=r"sequence_length=64 is longer than this model's maximum, 40"):
         kbert.BertClassifier.from_preset(str(tmp_path), num_classes=2, sequence_length=64)

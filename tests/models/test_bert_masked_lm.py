@@ -59,7 +59,7 @@ def minilm_mlm(minilm_dir):
 
 def test_fill_mask_on_real_minilm_returns_ranked_words(minilm_mlm):
     model = minilm_mlm
-    answers = model.fill_mask("i went to the [MASK] to deposit my paycheck.", top_k=3)
+    [[answers]] = model.fill_mask(["i went to the [MASK] to deposit my paycheck."], top_k=3)
     assert len(answers) == 3
     probabilities = [p for _, p in answers]
     assert probabilities == sorted(probabilities, reverse=True) and 0 < sum(probabilities) <= 1
@@ -68,7 +68,9 @@ def test_fill_mask_on_real_minilm_returns_ranked_words(minilm_mlm):
 def test_fill_mask_without_a_mask_says_how_to_write_one(minilm_mlm):
     model = minilm_mlm
     with pytest.raises(ValueError, match=r"write \[MASK\]"):
-        model.fill_mask("no blank here")
+        model.fill_mask(["a [MASK] here", "no blank here"])
+    with pytest.raises(ValueError, match=r"list of texts"):
+        model.fill_mask("one [MASK] text")
 
 
 def tiny(cls, minilm_dir):

@@ -8,15 +8,12 @@ import torch
 import transformers
 
 import kbert
-from kbert.models.bert_question_answerer import (
-    BertQuestionAnswerer,
-    decode_answers,
-    piece_spans,
-    squad_metrics,
-    tokenize_with_offsets,
-    window_starts,
-    word_spans,
-)
+import tensorflow as tf
+
+from kbert.metrics import squad_metrics
+from kbert.models import BertQuestionAnswerer
+from kbert.text import question_answering as qa
+from kbert.text.offsets import char_offsets, split_words_with_offsets, tokenize_with_byte_spans
 from kbert.text import BertPreprocessor
 from tests.helpers import random_inputs, to_numpy
 from tests.presets.test_huggingface_import import save_random_checkpoint
@@ -67,64 +64,61 @@ def test_logits_match_transformers_question_answering(tmp_path):
                                    np.where(real, getattr(expected, name).numpy(), 0), atol=1e-4)
 
 
-def test_word_spans_split_like_berts_pre_tokenizer():
+def char_spans(texts, starts, ends):
+    """Ragged byte spans as lists of character spans."""
+    texts = tf.constant(texts)
+    chars = [char_offsets(texts, v.to_tensor(0)).numpy() for v in (starts, ends)]
+    return [list(zip(a[:n].tolist(), b[:n].tolist())) for a, b, n in zip(*chars, starts.row_lengths().numpy())]
+
+
+def test_words_split_like_berts_pre_tokenizer():
     text = "Café-au-lait, s'il\u00a0vous 日本"
-    assert [text[a:b] for a, b in word_spans(text)] == ["Café", "-", "au", "-", "lait", ",", "s", "'", "il",
-                                                          "vous", "日", "本"]
-
-
-def test_piece_spans_map_normalized_pieces_back_to_accented_characters():
-    assert piece_spans("Éclairs", ["ec", "##lair", "##s"]) == [(0, 2), (2, 6), (6, 7)]
-    # A combining accent (dropped by the normalizer) stays with its letter.
-    assert piece_spans("e\u0301lan", ["el", "##an"]) == [(0, 3), (3, 5)]
-    assert piece_spans("cafe\u0301", ["cafe"]) == [(0, 5)]
-    # Characters the normalizer drops between words are in no piece.
-    assert piece_spans("ab\u200b", ["ab"]) == [(0, 2)]
-    assert piece_spans("☃", ["[UNK]"]) == [(0, 1)]
+    words, starts, ends = split_words_with_offsets(tf.constant([text]))
+    assert [text[a:b] for a, b in char_spans([text], starts, ends)[0]] == [
+        "Café", "-", "au", "-", "lait", ",", "s", "'", "il", "vous", "日", "本"]
 
 
 def test_piece_offsets_equal_transformers_offset_mapping(minilm_dir, preprocessor):
     contexts = TRICKY + [context for _, context, _ in read_squad()[::5]]
     hf_tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
-    for text, (ids, spans) in zip(contexts, tokenize_with_offsets(preprocessor.tokenizer, contexts)):
+    ids, starts, ends = tokenize_with_byte_spans(preprocessor.tokenizer, tf.constant(contexts))
+    for text, text_ids, spans in zip(contexts, ids.to_list(), char_spans(contexts, starts, ends)):
         expected = hf_tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        assert ids == expected["input_ids"]
+        assert text_ids == expected["input_ids"]
         assert spans == [tuple(span) for span in expected["offset_mapping"]], text
 
 
-def test_window_starts_move_by_the_stride_and_reach_the_end():
-    assert window_starts(10, window_length=4, stride=3) == [0, 3, 6]
-    assert window_starts(4, window_length=4, stride=3) == [0]
-    # A stride longer than a window would skip tokens: windows then abut.
-    assert window_starts(10, window_length=4, stride=8) == [0, 4, 8]
+def windowed(model, questions, contexts):
+    return model._windows(tf.constant(questions), tf.constant(contexts))
 
 
 def test_windows_cover_the_whole_context_and_each_token_has_one_best_window(preprocessor):
     model = tiny_answerer(preprocessor, stride=20)
     question, context, _ = max(read_squad(), key=lambda example: len(example[1]))
-    encoded = model.encode([question], [context])
-    spans = tokenize_with_offsets(preprocessor.tokenizer, [context])[0][1]
-    assert len(encoded["example_index"]) > 3  # really split into windows
-    seen, best = [], []
-    for chars, max_context in zip(encoded["token_chars"], encoded["max_context"]):
-        context_tokens = chars[:, 0] >= 0
-        seen += [tuple(c) for c in chars[context_tokens]]
-        best += [tuple(c) for c in chars[max_context]]
-    assert set(seen) == set(spans) and sorted(best) == sorted(spans)
-    first_tokens = [chars[chars[:, 0] >= 0][0, 0] for chars in encoded["token_chars"]]
-    assert first_tokens == [spans[20 * k][0] for k in range(len(first_tokens))]
+    w = windowed(model, [question], [context])
+    token = w["token"].numpy()
+    num_tokens = int(tf.size(w["token_starts"]))
+    assert len(token) > 3  # really split into windows
+    seen = token[w["is_context"].numpy()]
+    best = token[w["max_context"].numpy()]
+    assert set(seen) == set(range(num_tokens)) and sorted(best) == list(range(num_tokens))
+    first_tokens = [row[row >= 0][0] for row in token]
+    assert first_tokens == [20 * k for k in range(len(first_tokens))]
 
 
 def test_answers_outside_a_window_point_at_cls(preprocessor):
     model = tiny_answerer(preprocessor, stride=20)
     question, context, answers = max(read_squad(), key=lambda example: len(example[1]))
-    encoded = model.encode([question], [context], [answers[0]])
-    inside = encoded["start_positions"] > 0
+    w = windowed(model, [question], [context])
+    start = answers[0]["answer_start"]
+    starts, ends = (v.numpy() for v in qa.answer_positions(w, tf.constant([context]), tf.constant([start]),
+                                                             tf.constant([start + len(answers[0]["text"])])))
+    inside = starts > 0
     assert 0 < inside.sum() < len(inside)
-    for w in np.flatnonzero(inside):
-        a, b = encoded["token_chars"][w, encoded["start_positions"][w], 0], \
-            encoded["token_chars"][w, encoded["end_positions"][w], 1]
-        assert context[a:b] == answers[0]["text"]
+    rows = np.flatnonzero(inside)
+    a = char_offsets(tf.constant([context] * len(rows)), tf.constant(
+        [[w["starts"].numpy()[r, starts[r]], w["ends"].numpy()[r, ends[r]]] for r in rows])).numpy()
+    assert all(context[x:y] == answers[0]["text"] for x, y in a)
 
 
 def test_gold_spans_decode_to_the_gold_answer_text(preprocessor):
@@ -134,17 +128,19 @@ def test_gold_spans_decode_to_the_gold_answer_text(preprocessor):
     examples = read_squad()
     questions, contexts = [q for q, _, _ in examples], [c for _, c, _ in examples]
     answers = [a[0] for _, _, a in examples]
-    encoded = model.encode(questions, contexts, answers)
-    start_logits = np.zeros(encoded["token_ids"].shape, "float32")
-    end_logits = np.zeros_like(start_logits)
-    rows = np.arange(len(start_logits))
-    start_logits[rows, encoded["start_positions"]] = 10.0
-    end_logits[rows, encoded["end_positions"]] = 10.0
-    decoded = decode_answers(encoded, contexts, start_logits, end_logits, max_answer_length=100)
-    exact = np.mean([d["text"] == a["text"] for d, a in zip(decoded, answers)])
+    w = windowed(model, questions, contexts)
+    starts, ends = qa.answer_positions(w, tf.constant(contexts), tf.constant([a["answer_start"] for a in answers]),
+                                       tf.constant([a["answer_start"] + len(a["text"]) for a in answers]))
+    shape = w["features"]["token_ids"].shape
+    start_logits = tf.one_hot(starts, shape[1]) * 10.0
+    end_logits = tf.one_hot(ends, shape[1]) * 10.0
+    decoded = qa.answers(w, tf.constant(contexts), start_logits, end_logits, 100, 20)
+    texts = [t.decode() for t in decoded["answer"].numpy()]
+    exact = np.mean([t == a["text"] for t, a in zip(texts, answers)])
     print(f"oracle: {exact:.1%} of {len(examples)} gold answers decoded to exactly their text")
     assert exact > 0.97
-    assert all(contexts[i][slice(*d["chars"])] == d["text"] for i, d in enumerate(decoded))
+    bounds = zip(decoded["start"].numpy(), decoded["end"].numpy())
+    assert all(contexts[i][a:b] == t for i, ((a, b), t) in enumerate(zip(bounds, texts)))
 
 
 @pytest.mark.parametrize("prediction, references, exact_match, f1", [
@@ -168,15 +164,22 @@ def test_fit_on_raw_squad_examples_lowers_the_loss(preprocessor):
     assert history["loss"][1] < history["loss"][0]
 
 
-def test_predict_answers_with_a_span_of_the_original_context(preprocessor):
+def test_answer_gives_a_span_of_the_original_context(preprocessor):
     model = tiny_answerer(preprocessor, max_answer_length=5)
     examples = read_squad(6)
     contexts = [c for _, c, _ in examples]
-    answers = model.predict(([q for q, _, _ in examples], contexts), verbose=0)
+    answers = model.answer([q for q, _, _ in examples], contexts)
     for context, answer in zip(contexts, answers):
-        start, end = answer["chars"]
-        assert answer["text"] == context[start:end] and 0 < end - start
+        assert answer["answer"] == context[answer["start"]:answer["end"]] and answer["start"] < answer["end"]
         assert np.isfinite(answer["score"])
+
+
+def test_predict_on_raw_input_returns_the_windows_logits(preprocessor):
+    model = tiny_answerer(preprocessor, stride=20)
+    examples = read_squad(3)
+    logits = model.predict(([q for q, _, _ in examples], [c for _, c, _ in examples]), verbose=0)
+    assert logits["start_logits"].shape == logits["end_logits"].shape
+    assert logits["start_logits"].shape[0] >= 3 and logits["start_logits"].shape[1] == 96
 
 
 def test_sequence_too_short_for_the_question_says_what_to_change(minilm_dir):

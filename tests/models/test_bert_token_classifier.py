@@ -8,14 +8,10 @@ import torch
 import transformers
 
 import kbert
-from kbert.models.bert_token_classifier import (
-    BertTokenClassifier,
-    bio_entities,
-    entity_f1,
-    pack_words,
-    read_conll,
-    token_labels,
-)
+from kbert.metrics import entity_f1
+from kbert.models import BertTokenClassifier
+from kbert.text.conll import read_conll
+from kbert.text.token_classification import bio_entities as grouped, pack_words, token_labels
 from kbert.text import BertPreprocessor
 from tests.helpers import random_inputs, to_numpy
 from tests.presets.test_huggingface_import import save_random_checkpoint
@@ -82,6 +78,14 @@ def test_first_piece_of_each_word_carries_its_tag_like_transformers_word_ids(min
     assert truncated > 0  # some tweets are longer than 48 tokens: truncation was tested too
 
 
+def bio_entities(tags):
+    """(first word, end word, type) of one sentence's entities."""
+    labels = tf.ragged.constant([[t or "" for t in tags]], tf.string, ragged_rank=1)
+    entities = grouped(labels, tf.ones_like(labels, tf.float32))
+    return [(int(a), int(b) + 1, k.decode()) for a, b, k in zip(
+        *(entities[k].flat_values.numpy() for k in ("first_word", "last_word", "label")))]
+
+
 def test_bio_tags_group_into_entities():
     assert bio_entities(["B-PER", "I-PER", "O", "B-LOC"]) == [(0, 2, "PER"), (3, 4, "LOC")]
 
@@ -145,28 +149,33 @@ def outputs_everywhere(model, tag):
     dense.bias.assign(np.where(np.arange(model.num_classes) == model.class_names.index(tag), 5.0, 0.0))
 
 
-def test_predict_on_text_gives_entities_with_their_original_characters(preprocessor):
+def test_entities_of_a_text_keep_its_original_characters(preprocessor):
     model = tiny_tagger(preprocessor)
     outputs_everywhere(model, "I-LOC")  # a stray I-LOC, then I-LOC: one entity of every word
     text = "Zoë flew to  Zürich (Switzerland)."
-    [entities] = model.predict([text], verbose=0)
+    [entities] = model.entities([text])
     [entity] = entities
-    assert entity["chars"] == (0, len(text)) and entity["text"] == text
-    assert entity["label"] == "LOC" and entity["words"] == (0, 8) and 0 < entity["score"] <= 1
+    assert (entity["start"], entity["end"]) == (0, len(text)) and entity["text"] == text
+    assert entity["label"] == "LOC" and 0 < entity["score"] <= 1
 
 
-def test_predict_on_word_lists_joins_the_words(preprocessor):
+def test_tags_of_a_text_split_where_berts_pre_tokenizer_splits(preprocessor):
     model = tiny_tagger(preprocessor)
     outputs_everywhere(model, "B-PER")
-    [entities] = model.predict([["Jane", "Austen"]], verbose=0)
-    found = [(e["words"], e["text"], e["label"]) for e in entities]
-    assert found == [((0, 1), "Jane", "PER"), ((1, 2), "Austen", "PER")]
-    assert "chars" not in entities[0]
+    [tagged] = model.tags(["Jane lived in Bath."])
+    assert [w for w, _, _ in tagged] == ["Jane", "lived", "in", "Bath", "."]
+    assert model.tags([["Jane", "Austen"]])[0] == [("Jane", "B-PER", tagged[0][2]), ("Austen", "B-PER", tagged[0][2])]
+
+
+def test_predict_returns_the_logits_of_every_token(preprocessor):
+    model = tiny_tagger(preprocessor)
+    logits = model.predict(["Jane lived in Bath.", "Bath"], verbose=0)
+    assert logits.shape[0] == 2 and logits.shape[2] == len(TAGS)
 
 
 def test_words_past_the_sequence_length_get_no_tag(preprocessor):
     model = tiny_tagger(preprocessor)
-    [tagged] = model.predict_tags([["word"] * 60], verbose=0)
+    [tagged] = model.tags([["word"] * 60])
     assert all(tag in TAGS for _, tag, _ in tagged[:46])
     assert tagged[46:] == [("word", None, 0.0)] * 14  # 48 tokens: [CLS] 46 words [SEP]
 
@@ -185,4 +194,4 @@ def test_save_to_preset_round_trips_bit_for_bit(preprocessor, tmp_path):
     restored = BertTokenClassifier.from_preset(str(tmp_path))
     assert restored.class_names == TAGS and restored.preprocessor.sequence_length == 48
     sentences = [["Jane", "Austen", "lived", "in", "Bath"]]
-    assert restored.predict_tags(sentences, verbose=0) == model.predict_tags(sentences, verbose=0)
+    assert restored.tags(sentences) == model.tags(sentences)

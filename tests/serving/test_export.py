@@ -120,21 +120,41 @@ def test_served_models_answer_like_predict_without_keras_or_kbert(exports):
     np.testing.assert_allclose(
         answers["embedder"]["embedding"], models["embedder"].predict(TEXTS, verbose=0), atol=1e-4
     )
-    tags = models["tagger"].predict_tags([t.split() for t in TEXTS], verbose=0)
+    tags = models["tagger"].tags(TEXTS)
     for row, sentence in enumerate(tags):
         assert answers["tagger"]["strings"]["words"][row][: len(sentence)] == [w for w, _, _ in sentence]
-        assert answers["tagger"]["strings"]["label"][row][: len(sentence)] == [t for _, t, _ in sentence]
+        assert answers["tagger"]["strings"]["label"][row][: len(sentence)] == [t or "" for _, t, _ in sentence]
         np.testing.assert_allclose(answers["tagger"]["score"][row][: len(sentence)], [s for _, _, s in sentence],
                                    atol=1e-4)
+    for row, entities in enumerate(models["tagger"].entities(TEXTS)):
+        served = answers["tagger"]
+        assert served["strings"]["entity"][row][: len(entities)] == [e["text"] for e in entities]
+        assert served["entity_start"][row][: len(entities)] == [e["start"] for e in entities]
+        assert served["entity_end"][row][: len(entities)] == [e["end"] for e in entities]
+        assert served["strings"]["entity_label"][row][: len(entities)] == [e["label"] for e in entities]
+        assert all(TEXTS[row][e["start"]:e["end"]] == e["text"] for e in entities)
+
+
+def test_a_large_request_runs_in_slices_and_answers_like_predict(exports):
+    models, paths, _ = exports
+    texts = [f"{t} {i}" + " more" * (i % 40) for i, t in enumerate(TEXTS * 34)]  # 102 rows: 4 slices
+    served = serve({"classifier": (paths["classifier"], {"text": texts}),
+                    "tagger": (paths["tagger"], {"text": texts})})
+    np.testing.assert_allclose(served["classifier"]["logits"], models["classifier"].predict(texts, verbose=0),
+                               atol=1e-5)
+    entities = models["tagger"].entities(texts)
+    assert [row[: len(e)] for row, e in zip(served["tagger"]["strings"]["entity"], entities)] == \
+        [[x["text"] for x in e] for e in entities]
 
 
 def test_served_question_answerer_reads_windows_like_predict(exports):
     models, paths, _ = exports
     served = serve({"qa": (paths["qa"], {"question": QUESTIONS, "context": CONTEXTS})})["qa"]
-    assert len(models["qa"].encode(QUESTIONS, CONTEXTS)["example_index"]) > 6  # several windows per context
-    predicted = models["qa"].predict((QUESTIONS, CONTEXTS), verbose=0)
-    assert served["strings"]["answer"] == [p["text"] for p in predicted]
-    assert list(zip(served["start"], served["end"])) == [p["chars"] for p in predicted]
+    windows = models["qa"].predict((QUESTIONS, CONTEXTS), verbose=0)["start_logits"]
+    assert len(windows) > 6  # several windows per context
+    predicted = models["qa"].answer(QUESTIONS, CONTEXTS)
+    assert served["strings"]["answer"] == [p["answer"] for p in predicted]
+    assert list(zip(served["start"], served["end"])) == [(p["start"], p["end"]) for p in predicted]
     np.testing.assert_allclose(served["score"], [p["score"] for p in predicted], atol=1e-4)
     for context, start, end, text in zip(CONTEXTS, served["start"], served["end"], served["strings"]["answer"]):
         assert context[start:end] == text != ""
@@ -148,8 +168,8 @@ def test_served_masked_lm_fills_every_mask_like_fill_mask(exports):
     })
     served = answers["masked_lm"]
     assert np.array(served["probabilities"]).shape == (3, 2, 3)  # 3 texts, at most 2 masks, top 3
-    expected = [models["masked_lm"].fill_mask(text, top_k=3) for text in MASKED[:2]]
-    expected = [expected[0], *expected[1]]  # one [MASK], then two
+    expected = models["masked_lm"].fill_mask(MASKED[:2], top_k=3)
+    expected = [*expected[0], *expected[1]]  # one [MASK], then two
     got = [served["strings"]["tokens"][0][0], *served["strings"]["tokens"][1]]
     assert got == [[token for token, _ in guesses] for guesses in expected]
     got_probabilities = [served["probabilities"][0][0], *served["probabilities"][1]]
@@ -204,7 +224,7 @@ def test_saved_model_cli_lists_string_inputs_and_named_outputs(exports):
     assert "dtype: DT_STRING" in shown
 
 
-def test_model_without_preprocessor_cannot_export_text_signature(tmp_path):
-    model = kbert.BertClassifier(tiny_backbone(), 2)
-    with pytest.raises(ValueError, match="no preprocessor"):
-        kbert.serving.export(model, str(tmp_path / "m"))
+def test_answers_without_a_preprocessor_say_how_to_get_one():
+    model = kbert.BertTokenClassifier(tiny_backbone(), 3, class_names=["O", "B-LOC", "I-LOC"])
+    with pytest.raises(ValueError, match="needs a preprocessor"):
+        model.entities(["Bath"])
