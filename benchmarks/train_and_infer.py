@@ -54,7 +54,7 @@ def run_kbert(args, dtype="auto"):
         backbone = kbert.BertBackbone.from_preset(minilm_folder(), dtype=dtype)
     else:
         backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
-                                      intermediate_dim=3072, dtype=dtype)
+                                      intermediate_dim=3072, dtype=kbert.training.precision.resolve_dtype(dtype))
     model = kbert.BertClassifier(backbone, num_classes=2)
     model.compile()
     token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)

@@ -2,6 +2,7 @@ import keras
 
 from kbert.layers import Dropout, PositionEmbedding, TransformerEncoder
 from kbert.presets import loading
+from kbert.training.precision import resolve_dtype
 
 
 def bert_initializer():
@@ -70,10 +71,11 @@ class BertBackbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        # Imported here: kbert.training imports the task models.
-        from kbert.training.precision import resolve_dtype
-
-        dtype = resolve_dtype(dtype)
+        if dtype == "auto":
+            raise ValueError(
+                'dtype="auto" is resolved before a model is built, so that a saved model holds the policy it ran '
+                'with: use from_preset(..., dtype="auto"), or dtype=kbert.training.precision.resolve_dtype("auto").'
+            )
         # autocast=False: gather float32 rows and cast those, instead of
         # casting the whole vocabulary table to bfloat16 on every step.
         token_embedding = keras.layers.Embedding(
@@ -246,6 +248,12 @@ class BertBackbone(keras.Model):
         >>> backbone = kbert.BertBackbone.from_preset("base")
         """
         return loading.load_backbone(cls, preset, **kwargs)
+
+    @classmethod
+    def from_preset_config(cls, config):
+        """A backbone from a preset's config, with its dtype resolved first
+        (`dtype="auto"` chosen, a bfloat16 policy checked to run here)."""
+        return cls.from_config({**config, "dtype": resolve_dtype(config.get("dtype"))})
 
     def save_to_preset(self, folder):
         """Writes the config and weights to `folder` in kbert's layout."""

@@ -415,7 +415,7 @@ class Task(DistributedTraining, keras.Model):
         """
         folder = files.get_preset_dir(preset)
         backbone_kwargs = {k: kwargs.pop(k) for k in ("dropout", "dtype") if k in kwargs}
-        backbone = BertBackbone.from_config(loading.checked_backbone_config(folder, preset, backbone_kwargs))
+        backbone = BertBackbone.from_preset_config(loading.checked_backbone_config(folder, preset, backbone_kwargs))
         preprocessor = cls.preset_preprocessor(folder, sequence_length, backbone)
         if files.is_kbert_layout(folder):
             saved = files.load_json(folder, files.KBERT_CONFIG).get("task") or {}

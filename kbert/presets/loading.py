@@ -65,7 +65,7 @@ def check_vocabulary(folder, vocabulary_size):
 
 def load_backbone(cls, preset, **overrides):
     folder = files.get_preset_dir(preset)
-    backbone = cls.from_config(checked_backbone_config(folder, preset, overrides))
+    backbone = cls.from_preset_config(checked_backbone_config(folder, preset, overrides))
     if files.is_kbert_layout(folder):
         backbone.load_weights(os.path.join(folder, KBERT_WEIGHTS))
     else:

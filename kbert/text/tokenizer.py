@@ -19,6 +19,7 @@ import json
 import os
 
 import tensorflow as tf
+from kbert.presets.files import get_preset_dir, load_json
 from kbert.text._tf_text import tf_text
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -277,8 +278,6 @@ class BertTokenizer(tf.Module):
         Example:
         >>> tokenizer = BertTokenizer.from_preset("hf://google-bert/bert-base-uncased")
         """
-        from kbert.presets.files import get_preset_dir, load_json
-
         folder = os.fspath(preset)
         if not os.path.exists(os.path.join(folder, VOCABULARY_FILE)):
             folder = get_preset_dir(preset)

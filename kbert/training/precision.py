@@ -10,6 +10,8 @@ import subprocess
 import sys
 import warnings
 
+from kbert.presets.files import cache_dir
+
 # CPU flags (Linux /proc/cpuinfo) of bfloat16 matrix units: Intel AMX, and
 # AVX512-BF16 (Intel Cooper Lake and later, AMD Zen 4 and later).
 _BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -177,8 +179,6 @@ def bfloat16_crash():
 @functools.cache
 def _tensorflow_bfloat16_crash():
     import tensorflow as tf
-
-    from kbert.presets.files import cache_dir
 
     flags = hashlib.sha256(" ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
     knobs = [os.environ.get(k, "") for k in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "TF_ENABLE_ONEDNN_OPTS")]

@@ -15,7 +15,7 @@ def test_auto_dtype_follows_kbert_precision(monkeypatch, forced, expected):
     monkeypatch.setattr(precision, "bfloat16_crash", lambda: None)  # the choice, not the kernels
     assert precision.resolve_dtype("auto") == expected
     backbone = kbert.BertBackbone(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
-                                  dtype="auto")
+                                  dtype=precision.resolve_dtype("auto"))
     assert backbone.token_embedding.dtype_policy.name == expected
     assert backbone.get_config()["dtype"]["config"]["name"] == expected  # saved resolved, not "auto"
     assert all(keras.backend.standardize_dtype(v.dtype) == "float32" for v in backbone.weights)
@@ -57,10 +57,23 @@ def test_where_bfloat16_would_crash_auto_picks_float32_and_an_explicit_policy_sa
     for dtype in ["mixed_bfloat16", "bfloat16", keras.DTypePolicy("mixed_bfloat16")]:
         with pytest.raises(ValueError, match=r"can't run here: TensorFlow's bfloat16 kernels crash.*dtype='float32'"):
             precision.resolve_dtype(dtype)
-    with pytest.raises(ValueError, match="killed by SIGSEGV"):
-        kbert.BertBackbone(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
-                           dtype="mixed_bfloat16")
     assert precision.resolve_dtype("float32") == "float32"
+
+
+def test_from_preset_resolves_and_checks_the_dtype_before_building(monkeypatch, tmp_path):
+    kbert.BertBackbone(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
+                       intermediate_dim=16).save_to_preset(str(tmp_path))
+    monkeypatch.setenv("KBERT_PRECISION", "float32")
+    assert kbert.BertBackbone.from_preset(str(tmp_path), dtype="auto").dtype_policy.name == "float32"
+    monkeypatch.setattr(precision, "bfloat16_crash", lambda: "TensorFlow's bfloat16 kernels crash (killed by SIGSEGV)")
+    with pytest.raises(ValueError, match="killed by SIGSEGV"):
+        kbert.BertBackbone.from_preset(str(tmp_path), dtype="mixed_bfloat16")
+
+
+def test_the_constructor_refuses_auto_and_says_where_it_is_resolved():
+    with pytest.raises(ValueError, match=r'from_preset\(\.\.\., dtype="auto"\)'):
+        kbert.BertBackbone(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                           dtype="auto")
 
 
 def test_the_probe_reports_how_a_child_process_died():

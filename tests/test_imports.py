@@ -1,0 +1,71 @@
+"""kbert's packages depend on each other one way, read from the source itself."""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "kbert"
+
+# Each piece of kbert may import only pieces of a lower rank (and itself).
+RANKS = {
+    "backend": 0,
+    "presets": 1,
+    "layers": 1,
+    "text": 2,
+    "training": 2,
+    "serving": 2,
+    "metrics": 3,
+    "models": 4,
+    "plots": 4,
+    "cli": 5,
+}
+
+
+def piece(path):
+    """`models` for kbert/models/task.py, `cli` for kbert/cli.py."""
+    relative = path.relative_to(ROOT)
+    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def kbert_imports(path):
+    """(line, imported piece, inside a function) of every `kbert.<piece>` import."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    in_function = {id(node) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for node in ast.walk(f)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] if node.module != "kbert" else [f"kbert.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "kbert" and len(parts) > 1:
+                found.append((node.lineno, parts[1], id(node) in in_function))
+    return found
+
+
+MODULES = sorted(p for p in ROOT.rglob("*.py") if p.name != "__init__.py" or p.parent != ROOT)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_point_down_the_package_order(path):
+    source = piece(path)
+    assert source in RANKS, f"{path} is a new piece of kbert: give it a rank in RANKS"
+    for line, target, _ in kbert_imports(path):
+        if target != source:
+            assert RANKS[target] < RANKS[source], (
+                f"{path.relative_to(ROOT.parent)}:{line} imports kbert.{target} (rank {RANKS[target]}) into "
+                f"{source} (rank {RANKS[source]}): move the shared piece down instead."
+            )
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if piece(p) != "cli"], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_kbert_import_hides_inside_a_function(path):
+    # The command line imports lazily so that `kbert --help` starts fast;
+    # everywhere else an import inside a function would hide a cycle.
+    hidden = [(line, target) for line, target, inside in kbert_imports(path) if inside]
+    assert not hidden, f"{path.relative_to(ROOT.parent)} imports kbert inside functions at {hidden}"
