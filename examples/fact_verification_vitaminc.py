@@ -67,7 +67,7 @@ def main():
         args.preset or minilm_folder(), num_classes=len(LABELS), sequence_length=args.sequence_length,
         class_names=LABELS, dtype=args.dtype,
     )
-    model.default_learning_rate = args.learning_rate
+    model.compile(learning_rate=args.learning_rate)
     start = time.time()
     model.fit((evidences, claims), train_labels, batch_size=args.batch_size, epochs=args.epochs, verbose=2)
     print(f"fine-tuned in {time.time() - start:.0f} s")

@@ -18,7 +18,8 @@ import time
 from example_data import minilm_folder
 
 import kbert
-from kbert.models.bert_token_classifier import entity_f1, read_conll
+from kbert.metrics import entity_f1
+from kbert.text.conll import read_conll
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "wnut16", "train.conll")
 
@@ -46,19 +47,19 @@ def main():
         sequence_length=args.sequence_length,
     )
     # A small model on little data learns faster than BERT-Base's 5e-5 allows.
-    model.default_learning_rate = args.learning_rate
+    model.compile(learning_rate=args.learning_rate)
     start = time.time()
     model.fit([w for w, _ in train], [t for _, t in train], batch_size=args.batch_size, epochs=args.epochs,
               verbose=2)
     print(f"fine-tuned in {time.time() - start:.0f} s")
 
-    predicted = model.predict_tags([w for w, _ in test], batch_size=64, verbose=0)
+    predicted = model.tags([w for w, _ in test], batch_size=64)
     scores = entity_f1([t for _, t in test], [[tag for _, tag, _ in words] for words in predicted])
     print(f"test entities: precision {scores['precision']:.1%}  recall {scores['recall']:.1%}  "
           f"F1 {scores['f1']:.1%}")
 
     texts = ["Heading to New York with Justin Bieber tomorrow!", "Just watched the new Star Wars movie on Netflix"]
-    for text, entities in zip(texts, model.predict(texts, verbose=0)):
+    for text, entities in zip(texts, model.entities(texts)):
         found = ", ".join(f"{e['text']} ({e['label']}, {e['score']:.2f})" for e in entities) or "none"
         print(f"{text!r}: {found}")
 

@@ -102,7 +102,7 @@ def main():
     for mlm, nsp in zip(history.history["mlm_logits_loss"], history.history["nsp_logits_loss"]):
         print(f"  masked LM loss {mlm:.3f}  next sentence loss {nsp:.3f}")
     print("  'she was [MASK] to see him.':",
-          ", ".join(f"{token} {p:.2f}" for token, p in model.fill_mask("she was [MASK] to see him.", top_k=5)))
+          ", ".join(f"{token} {p:.2f}" for token, p in model.fill_mask(["she was [MASK] to see him."], top_k=5)[0][0]))
     backbone.save_to_preset(os.path.join(args.run_dir, "preset"))
     tokenizer.save_to_preset(os.path.join(args.run_dir, "preset"))
     print(f"pre-trained preset in {os.path.join(args.run_dir, 'preset')}; logs: tensorboard --logdir "

@@ -74,7 +74,7 @@ def pretrain(args, folder):
     # 20 for 128 tokens, so about that share of the length.
     model = kbert.BertPretrainer(backbone, preprocessor, max_predictions=max(1, args.sequence_length * 20 // 128))
     # From scratch a small model wants a larger rate than fine-tuning's 5e-5.
-    model.default_learning_rate = args.pretrain_learning_rate
+    model.compile(learning_rate=args.pretrain_learning_rate)
 
     # The pairs stream endlessly (new pairs and masks on each pass through the
     # novels); an "epoch" here is a fixed number of steps, so each epoch's
@@ -89,8 +89,8 @@ def pretrain(args, folder):
     for epoch, (mlm, nsp) in enumerate(zip(history.history["mlm_logits_loss"], history.history["nsp_logits_loss"])):
         print(f"  epoch {epoch + 1:2}: masked LM loss {mlm:.3f}  next sentence loss {nsp:.3f}")
 
-    for sentence in FILL_MASK_SENTENCES:
-        guesses = ", ".join(f"{token} {p:.2f}" for token, p in model.fill_mask(sentence, top_k=5))
+    for sentence, [guesses] in zip(FILL_MASK_SENTENCES, model.fill_mask(FILL_MASK_SENTENCES, top_k=5)):
+        guesses = ", ".join(f"{token} {p:.2f}" for token, p in guesses)
         print(f"  {sentence!r}: {guesses}")
 
     backbone.save_to_preset(folder)
@@ -104,7 +104,7 @@ def finetune_mr(args, folder):
     # Dropout back to BERT's 0.1: 9,545 sentences are easy to over-fit.
     model = kbert.BertClassifier.from_preset(folder, num_classes=2, sequence_length=args.mr_sequence_length,
                                              dropout=0.1)
-    model.default_learning_rate = args.finetune_learning_rate
+    model.compile(learning_rate=args.finetune_learning_rate)
     start = time.time()
     model.fit(train_texts, train_labels, batch_size=32, epochs=args.mr_epochs, verbose=2)
     _, accuracy = model.evaluate(test_texts, test_labels, batch_size=128, verbose=0)

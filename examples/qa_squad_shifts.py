@@ -19,7 +19,7 @@ import time
 from example_data import minilm_folder
 
 import kbert
-from kbert.models.bert_question_answerer import squad_metrics
+from kbert.metrics import squad_metrics
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "squad_shifts", "new_wiki_subset.json")
 
@@ -55,18 +55,18 @@ def main():
         max_question_length=48,
     )
     # A small model on little data learns faster than BERT-Base's 5e-5 allows.
-    model.default_learning_rate = args.learning_rate
+    model.compile(learning_rate=args.learning_rate)
     start = time.time()
     # Training uses each question's first answer, as BERT's SQuAD v1.1 setup.
     model.fit(([q for q, _, _ in train], [c for _, c, _ in train]), [a[0] for _, _, a in train],
               batch_size=args.batch_size, epochs=args.epochs, verbose=2)
     print(f"fine-tuned in {time.time() - start:.0f} s")
 
-    answers = model.predict(([q for q, _, _ in test], [c for _, c, _ in test]), batch_size=64, verbose=0)
-    scores = squad_metrics([a["text"] for a in answers], [[g["text"] for g in gold] for _, _, gold in test])
+    answers = model.answer([q for q, _, _ in test], [c for _, c, _ in test], batch_size=64)
+    scores = squad_metrics([a["answer"] for a in answers], [[g["text"] for g in gold] for _, _, gold in test])
     print(f"held-out questions: exact match {scores['exact_match']:.1f}  F1 {scores['f1']:.1f}")
     for (question, _, gold), answer in list(zip(test, answers))[:3]:
-        print(f"  {question!r}: {answer['text']!r} (gold: {gold[0]['text']!r})")
+        print(f"  {question!r}: {answer['answer']!r} (gold: {gold[0]['text']!r})")
 
 
 if __name__ == "__main__":

@@ -61,9 +61,6 @@ class Task(DistributedTraining, keras.Model):
     optional preprocessor, so that `fit`, `evaluate` and `predict` take raw
     strings. Subclasses build their graph, then call `_finish_init`."""
 
-    # BERT §A.3: fine-tuning learning rates are among 5e-5, 3e-5 and 2e-5.
-    default_learning_rate = 5e-5
-    default_warmup = 0.1
 
     def __init__(self, inputs, outputs, input_padding="bucket", length_groups=50, **kwargs):
         """Every task's settings of its raw-input pipeline, saved in its config.
@@ -107,14 +104,18 @@ class Task(DistributedTraining, keras.Model):
         masked tokens or tagged words, not over padding."""
         return None
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto", **kwargs):
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto", learning_rate=5e-5,
+                warmup=0.1, **kwargs):
         """`compile()` with BERT's fine-tuning defaults for anything not given:
         AdamW (weight decay 0.01, none on biases and LayerNorm), the task's loss
         and metrics. With the default optimizer, `fit` uses BERT's schedule:
-        linear warm-up over 10% of the run's steps, then linear decay to 0."""
+        linear warm-up over `warmup` of the run's steps to `learning_rate`
+        (BERT §A.3 searches 5e-5, 3e-5 and 2e-5), then linear decay to 0.
+        Both are kept in the model's compile config."""
         self._compiled_by_default = optimizer == "auto"
+        self.learning_rate, self.warmup = float(learning_rate), float(warmup)
         if optimizer == "auto":
-            optimizer = bert_adamw(self.default_learning_rate)
+            optimizer = bert_adamw(self.learning_rate)
             if self.backbone.token_embedding.dtype_policy.name == "mixed_float16":
                 # float16 gradients underflow without loss scaling.
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -126,6 +127,12 @@ class Task(DistributedTraining, keras.Model):
             **kwargs,
         )
 
+    def get_compile_config(self):
+        config = super().get_compile_config()
+        if config is not None and hasattr(self, "learning_rate"):
+            config = {**config, "learning_rate": self.learning_rate, "warmup": self.warmup}
+        return config
+
     def _schedule_learning_rate(self, steps_per_epoch, epochs):
         """Gives the default optimizer BERT's schedule over this `fit`'s steps.
         Every `fit` gets its own warm-up and decay, so a second `fit` does
@@ -134,7 +141,7 @@ class Task(DistributedTraining, keras.Model):
             return  # unknown length: keep the learning rate as it is
         total = steps_per_epoch * epochs
         self.optimizer.learning_rate = WarmupLinearDecay(
-            self.default_learning_rate, total, int(self.default_warmup * total),
+            self.learning_rate, total, int(self.warmup * total),
             start_step=int(self.optimizer.iterations),
         )
         # Compiled train steps hold the previous schedule: trace them anew.

@@ -63,7 +63,7 @@ def tiny_classifier(minilm_dir, num_classes=2, **kwargs):
     model = kbert.BertClassifier(backbone, num_classes=num_classes, preprocessor=preprocessor, **kwargs)
     # A randomly initialised tiny model learns visibly in a few steps only
     # with a higher peak than BERT's fine-tuning rate for pre-trained weights.
-    model.default_learning_rate = 1e-3
+    model.compile(learning_rate=1e-3)
     return model
 
 

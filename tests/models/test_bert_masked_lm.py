@@ -77,7 +77,7 @@ def tiny(cls, minilm_dir):
     backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
                                   intermediate_dim=64, max_sequence_length=64, dropout=0.0)
     model = cls(backbone, kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=32), max_predictions=5)
-    model.default_learning_rate = 1e-3  # random weights: learn visibly in a few steps
+    model.compile(learning_rate=1e-3)  # random weights: learn visibly in a few steps
     return model
 
 
