@@ -165,7 +165,7 @@ class BertTokenClassifier(BertClassifier):
         for i in range(0, len(texts), batch_size):
             words = tf.ragged.constant(_as_word_lists(texts[i:i + batch_size]), tf.string, ragged_rank=1)
             features, first_pieces = tc.pack_words(preprocessor, words)
-            logits = tf.convert_to_tensor(keras.ops.convert_to_numpy(self.predict_on_batch(features)))
+            logits = tf.convert_to_tensor(keras.ops.convert_to_numpy(self._predict_batch(features)))
             tags = tc.word_tags(logits, first_pieces, self._class_names())
             for sentence, labels, scores in zip(words.to_list(), tags["label"].to_list(), tags["score"].to_list()):
                 results.append([(w.decode(), t.decode() or None, float(s))

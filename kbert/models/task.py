@@ -339,6 +339,11 @@ class Task(DistributedTraining, keras.Model):
 
         return serve, signature, fills
 
+    def _predict_batch(self, features):
+        """The model's outputs on one batch of features (TensorFlow tensors,
+        handed over as numpy so that any backend takes them)."""
+        return self.predict_on_batch(keras.tree.map_structure(lambda v: v.numpy(), features))
+
     def _answers_in_slices(self, inputs, batch_size=32, pairs=False, top_k=5):
         """What the exported model answers, computed here: a list of dicts of
         numpy values, one per row of `inputs` (a tuple of lists of str)."""
@@ -351,7 +356,7 @@ class Task(DistributedTraining, keras.Model):
             part = [x[start:start + batch_size] for x in inputs]
             features, context = preprocess(*part)
             outputs = keras.tree.map_structure(
-                lambda v: tf.convert_to_tensor(keras.ops.convert_to_numpy(v)), self.predict_on_batch(features))
+                lambda v: tf.convert_to_tensor(keras.ops.convert_to_numpy(v)), self._predict_batch(features))
             answers = {k: v.numpy() for k, v in postprocess(outputs, context).items()}
             rows += [{k: _decoded(v[i]) for k, v in answers.items()} for i in range(int(tf.shape(part[0])[0]))]
         return rows

@@ -32,6 +32,12 @@ CONTEXTS = [
     "Nobody.",
 ]
 MASKED = ["the film was [MASK] good.", "[MASK] and [MASK] again", "no mask here"]
+# One corpus for every task, fed both to the Python helpers and to the served models.
+CORPUS = TEXTS + HOSTILE + [
+    "Punctuation!!! ...and more?! (yes) [brackets] {braces} «quotes» — dashes – here; ok: 1,000.5%",
+    "Literal special tokens: [CLS] [SEP] [PAD] [UNK] [MASK] in the text",
+    "Mixed scripts: Ελληνικά, русский, العربية, हिन्दी, 日本語のテキスト, 한국어",
+]
 
 SERVE = r"""
 import json, sys
@@ -133,6 +139,35 @@ def test_served_models_answer_like_predict_without_keras_or_kbert(exports):
         assert served["entity_end"][row][: len(entities)] == [e["end"] for e in entities]
         assert served["strings"]["entity_label"][row][: len(entities)] == [e["label"] for e in entities]
         assert all(TEXTS[row][e["start"]:e["end"]] == e["text"] for e in entities)
+
+
+def test_one_hostile_corpus_answers_alike_served_and_in_python(exports):
+    models, paths, _ = exports
+    masked = [f"{t} [MASK]" for t in CORPUS]
+    contexts = CORPUS + CONTEXTS
+    questions = (QUESTIONS * len(contexts))[: len(contexts)]
+    served = serve({
+        "classifier": (paths["classifier"], {"text": CORPUS}),
+        "tagger": (paths["tagger"], {"text": CORPUS}),
+        "qa": (paths["qa"], {"question": questions, "context": contexts}),
+        "masked_lm": (paths["masked_lm"], {"text": masked}),
+    })
+    logits = models["classifier"].predict(CORPUS, verbose=0)
+    probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(served["classifier"]["probabilities"], probabilities, atol=1e-5)
+    tagger = served["tagger"]
+    for row, entities in enumerate(models["tagger"].entities(CORPUS)):
+        got = list(zip(tagger["strings"]["entity"][row], tagger["strings"]["entity_label"][row],
+                       tagger["entity_start"][row], tagger["entity_end"][row]))[: len(entities)]
+        assert got == [(e["text"], e["label"], e["start"], e["end"]) for e in entities]
+        assert set(tagger["strings"]["entity_label"][row][len(entities):]) <= {""}  # padding only
+    answers = models["qa"].answer(questions, contexts)
+    assert served["qa"]["strings"]["answer"] == [a["answer"] for a in answers]
+    assert list(zip(served["qa"]["start"], served["qa"]["end"])) == [(a["start"], a["end"]) for a in answers]
+    guesses = models["masked_lm"].fill_mask(masked, top_k=3)
+    for row, text_guesses in enumerate(guesses):
+        served_tokens = served["masked_lm"]["strings"]["tokens"][row][: len(text_guesses)]
+        assert served_tokens == [[token for token, _ in g] for g in text_guesses]
 
 
 def test_a_large_request_runs_in_slices_and_answers_like_predict(exports):
