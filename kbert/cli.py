@@ -98,7 +98,7 @@ def read_table(path, text_column, label_column=None, text_pair_column=None, max_
     finally:
         csv.field_size_limit(previous_limit)
     if not rows:
-        raise UsageError(f"{path} has a header but no rows: nothing to train or evaluate on.")
+        raise UsageError(f"{path} has a header but no rows.")
     for row, line in zip(rows, line_numbers):
         absent = [c for c in wanted if row[c] is None]
         if absent:
