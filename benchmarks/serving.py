@@ -32,7 +32,7 @@ if side == "served":
     signature = tf.saved_model.load(path).signatures["serving_default"]
     call = lambda: signature(text=tf.constant(texts))
 else:
-    from kbert.models.task import load_task
+    from kbert.models.task_presets import load_task
     model = load_task(path)
     call = lambda: model.predict(texts, batch_size=32, verbose=0)
 loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -3,7 +3,8 @@ import tensorflow as tf
 
 from kbert.layers import Dropout
 from kbert.models.bert_backbone import bert_initializer
-from kbert.models.task import Task, serving_text
+from kbert.models.task import Task
+from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
 
 

@@ -3,7 +3,8 @@ import tensorflow as tf
 
 from kbert.layers import MaskedLMHead
 from kbert.models.bert_backbone import bert_initializer
-from kbert.models.task import Task, serving_text
+from kbert.models.task import Task
+from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
 from kbert.text import MaskedLMMaskGenerator
 from kbert.text.masking import top_k_guesses, written_masks

@@ -10,7 +10,8 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.models.bert_backbone import bert_initializer
-from kbert.models.task import Task, serving_text
+from kbert.models.task import Task
+from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
 from kbert.text import question_answering as qa
 from kbert.text.pipeline import map_batches, text_tensor

@@ -4,7 +4,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from kbert.models.task import Task, serving_text
+from kbert.models.task import Task
+from kbert.models.task_answers import serving_text
 from kbert.presets import files
 
 

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from kbert.models.bert_classifier import BertClassifier
-from kbert.models.task import serving_text
+from kbert.models.task_answers import serving_text
 from kbert.text import token_classification as tc
 from kbert.text.pipeline import map_batches
 

@@ -126,7 +126,7 @@ def test_predict_and_evaluate_sorted_by_length_give_the_input_order(minilm_dir):
 
 def test_default_schedule_warms_up_then_decays_to_zero(fitted):
     schedule = fitted[0].optimizer._learning_rate
-    assert isinstance(schedule, kbert.models.task.WarmupLinearDecay)
+    assert isinstance(schedule, kbert.training.WarmupLinearDecay)
     assert schedule.total_steps == 12 and schedule.warmup_steps == 1 and float(schedule(12)) == 0.0
     assert float(schedule(0)) == 0.0 and float(schedule(schedule.warmup_steps)) == pytest.approx(1e-3)
 

@@ -1,0 +1,108 @@
+"""Raw text into a task model: what `fit`, `evaluate` and `predict` do with
+strings before the model sees them (the `Task` base's input pipeline)."""
+
+import numpy as np
+import tensorflow as tf
+
+from kbert.text.pipeline import map_batches, text_tensor
+
+
+class RawTextInput:
+    """Turns raw input (texts, pairs, labels) into batched, preprocessed
+    `tf.data` pipelines, padded and grouped by length as the task's
+    `input_padding` and `length_groups` say."""
+
+    # Subclasses with other raw inputs (words, question/context pairs,
+    # next-sentence pairs) override `_is_raw`, `_dataset` or `_preprocess`.
+
+    def _is_raw(self, x):
+        """Whether `x` is text for the preprocessor (not ids already)."""
+        if self.preprocessor is None or x is None:
+            return False
+        if isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            first = spec[0] if isinstance(spec, tuple) and len(spec) and not self._is_text_spec(spec) else spec
+            return self._is_text_spec(first)
+        return not isinstance(x, dict)
+
+    @staticmethod
+    def _is_text_spec(spec):
+        specs = spec if isinstance(spec, tuple) else (spec,)
+        return all(isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in specs)
+
+    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+        """A batched, preprocessed `tf.data.Dataset` from raw text input."""
+        if isinstance(x, tf.data.Dataset):
+            dataset = x
+        else:
+            x = text_tensor(x)
+            if y is not None:
+                y = self._label_ids(np.asarray(y))
+            parts = (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
+            # Kept a tuple even without labels, so that a pair of texts is never
+            # mistaken for (texts, labels).
+            dataset = tf.data.Dataset.from_tensor_slices(parts)
+            if shuffle:
+                dataset = self._shuffled_batches(dataset, x, batch_size or 32)
+            else:
+                dataset = dataset.batch(batch_size or 32)
+        preprocess = self._preprocess
+        spec = dataset.element_spec
+        if isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec):
+            # A dataset of unlabeled pairs yields (texts_a, texts_b).
+            preprocess = lambda a, b: self._batch_preprocessor()((a, b))  # noqa: E731
+        return map_batches(dataset, preprocess)
+
+    def _shuffled_batches(self, dataset, texts, batch_size):
+        """Shuffled batches for `fit`, grouped by length (see `length_groups`)."""
+        size = int(dataset.cardinality())
+        if not self.length_groups or self.input_padding == "sequence_length":
+            return dataset.shuffle(size, reshuffle_each_iteration=True).batch(batch_size)
+        dataset = tf.data.Dataset.zip(dataset, tf.data.Dataset.from_tensor_slices(self._text_lengths(texts)))
+        dataset = dataset.shuffle(size, reshuffle_each_iteration=True).batch(batch_size * self.length_groups)
+
+        def sorted_batches(parts, lengths):
+            order = tf.argsort(lengths, stable=True)
+            parts = tf.nest.map_structure(lambda t: tf.gather(t, order), parts)
+            return tf.data.Dataset.from_tensor_slices(parts).batch(batch_size)
+
+        dataset = dataset.flat_map(sorted_batches).shuffle(self.length_groups, reshuffle_each_iteration=True)
+        return dataset.apply(tf.data.experimental.assert_cardinality(-(-size // batch_size)))
+
+    def _text_lengths(self, texts):
+        """Tokens in each text (or pair) of raw input."""
+        texts = text_tensor(texts)
+        tokenizer = self.preprocessor.tokenizer
+        return sum(tokenizer(t).row_lengths().numpy() for t in (texts if isinstance(texts, tuple) else (texts,)))
+
+    def _length_order(self, x):
+        """The order that sorts raw text input by length, or None where the
+        input is a dataset or grouping is off."""
+        if not self.length_groups or self.input_padding == "sequence_length" or isinstance(x, tf.data.Dataset):
+            return None
+        return np.argsort(self._text_lengths(x), kind="stable")
+
+    def _batch_preprocessor(self):
+        """The preprocessor that fit/evaluate/predict use on raw text: padding
+        as `input_padding` says (a new packer on the same tokenizer; called
+        only when a dataset's map is traced)."""
+        return self.preprocessor.with_padding(self.input_padding)
+
+    def _preprocess(self, x, *rest):
+        return (self._batch_preprocessor()(x), *rest)
+
+    def _label_ids(self, y):
+        """Labels as ids: names are looked up in `class_names` when the task has them."""
+        if y.dtype.kind not in "USO":
+            return y
+        names = getattr(self, "class_names", None)
+        if not names:
+            raise ValueError(
+                f"The labels are strings (e.g. {y.flat[0]!r}); give the model class_names=[...] "
+                "to map them, or pass label ids 0, 1, ..."
+            )
+        index = {name: i for i, name in enumerate(names)}
+        unknown = sorted({str(v) for v in y.flat} - set(index))
+        if unknown:
+            raise ValueError(f"Labels {unknown[:5]} are not among class_names {names}.")
+        return np.vectorize(index.__getitem__, otypes=["int32"])(y.astype(str))
