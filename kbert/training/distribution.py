@@ -149,7 +149,7 @@ class DistributedTraining:
         # with strategy.reduce("MEAN", v, axis=0) (reduce_per_replica), which
         # TensorFlow rejects for scalars: "Invalid reduction dimension 0 for
         # input with 0 dimensions" at the first step of every `fit`
-        # (tensorflow/tensorflow#72388, a Keras 3 bug, still in Keras 3.15).
+        # (tensorflow/tensorflow#72388, a Keras 3 bug; in Keras 3.13 to 3.15).
         # So the step hands its scalars over as vectors of one value:
         # their mean along axis 0 over all workers is the mean over the
         # workers. The logs are made scalars again afterwards, which also keeps
