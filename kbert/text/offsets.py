@@ -172,7 +172,7 @@ _GIVES_A_PIECE = r"(?s).*[^\p{C}\p{Mn}\x{FFFD}].*"
 def cut_after_words(texts, max_words):
     """Each text cut before its `max_words + 1`-th whitespace-separated chunk
     that gives a WordPiece, so that WordPiece never reads far past what a
-    sequence keeps.
+    sequence keeps. `max_words`: one number, or one per text.
 
     Every such chunk gives at least one piece, and pieces never cross
     whitespace, so a cut text still gives the first `max_words` or more pieces
@@ -190,8 +190,11 @@ def cut_after_words(texts, max_words):
     chunks, starts, _ = tf_text.regex_split_with_offsets(split_texts, f"(?:{_WHITESPACE})+")
     gives_piece = tf.cast(tf.strings.regex_full_match(chunks.flat_values, _GIVES_A_PIECE), tf.int64)
     count = _sum_before_in_row(chunks.with_flat_values(gives_piece)) + gives_piece
+    limit = tf.cast(max_words, tf.int64)
+    if limit.shape.rank:  # one budget per text
+        limit = tf.gather(limit, starts.value_rowids())
     # The first chunk past the budget starts the cut; no such chunk: no cut.
-    over = tf.where(count > max_words, starts.flat_values, tf.int64.max)
+    over = tf.where(count > limit, starts.flat_values, tf.int64.max)
     first_over = tf.math.unsorted_segment_min(over, starts.value_rowids(), starts.nrows())
     cut = tf.where(first_over < tf.int64.max, first_over, tf.cast(tf.strings.length(texts), tf.int64))
     return tf.strings.substr(texts, tf.zeros_like(cut), cut)

@@ -108,12 +108,41 @@ class BertPreprocessor(tf.Module):
 
     def _tokenize(self, texts):
         # Text far past what a sequence holds is cut before WordPiece reads
-        # it, leaving every id that the packed sequence keeps unchanged.
+        # it (`cut_after_words`), leaving every id that the packed sequence
+        # keeps unchanged.
         return self.tokenizer(cut_after_words(_as_strings(texts), self.sequence_length))
+
+    def _tokenize_pair(self, texts_a, texts_b):
+        """Both segments cut as `_tokenize` cuts, and where a cut would hide
+        which segment is longer (longest_first gives the odd token to the
+        longer one), cut later: a segment cut at `n` chunks has at least `n`
+        pieces, so it is cut only past the other segment's length."""
+        texts_a, texts_b = _as_strings(texts_a), _as_strings(texts_b)
+        if texts_a.shape.rank == 0:  # one pair
+            ids_a, ids_b = self._tokenize_pair(texts_a[None], texts_b[None])
+            return ids_a[0], ids_b[0]
+        length = tf.constant(self.sequence_length, tf.int64)
+        cut_a, cut_b = cut_after_words(texts_a, length), cut_after_words(texts_b, length)
+        ids_a, ids_b = self.tokenizer(cut_a), self.tokenizer(cut_b)
+        shorter = lambda cut, texts: tf.strings.length(cut) < tf.strings.length(texts)  # noqa: E731
+        was_a, was_b = shorter(cut_a, texts_a), shorter(cut_b, texts_b)
+
+        def exact_order():
+            n_a, n_b = ids_a.row_lengths(), ids_b.row_lengths()
+            whole = was_a & was_b  # both lengths unknown: nothing is cut
+            # On a tie the second segment counts as the longer one.
+            budget_a = tf.where(whole, tf.int64.max, tf.where(was_a & (n_a <= n_b), tf.maximum(n_b + 1, length), length))
+            budget_b = tf.where(whole, tf.int64.max, tf.where(was_b & (n_b < n_a), tf.maximum(n_a, length), length))
+            return (self.tokenizer(cut_after_words(texts_a, budget_a)),
+                    self.tokenizer(cut_after_words(texts_b, budget_b)))
+
+        if self.packer.truncation != "longest_first":
+            return ids_a, ids_b  # only one segment is cut there, and only its first pieces count
+        return tf.cond(tf.reduce_any(was_a | was_b), exact_order, lambda: (ids_a, ids_b))
 
     def __call__(self, x, y=None, sample_weight=None):
         if isinstance(x, tuple):
-            segments = tuple(self._tokenize(texts) for texts in x)
+            segments = self._tokenize_pair(*x) if len(x) == 2 else tuple(self._tokenize(texts) for texts in x)
             if len(segments) not in (1, 2):
                 raise ValueError(
                     f"BERT takes a text or a pair of texts; got a tuple of {len(segments)}. "

@@ -102,3 +102,43 @@ def test_keras_serialization_round_trips_the_preprocessor(preprocessor):
     config = keras.saving.serialize_keras_object(preprocessor)
     clone = keras.saving.deserialize_keras_object(config)
     assert isinstance(clone, BertPreprocessor) and clone.get_config() == preprocessor.get_config()
+
+
+# Texts that probe the cut before WordPiece: runs of whitespace and of
+# characters that the normalizer drops, combining marks, special tokens,
+# CJK, punctuation runs, and text far past any sequence.
+CUT_PROBES = [
+    "",
+    "short text",
+    " \t\n " * 50 + "late words " * 30,
+    "\x00\x01\u200b\ufeff " * 40 + "after invisible characters " * 5,
+    "e\u0301 \u0301\u0301 " * 30 + "combining marks",
+    "[MASK] [CLS][SEP] [MASK]" * 10,
+    "日本語のテキストです。" * 20,
+    "!!!???...,,," * 20,
+    "unbelievably " * 40,
+    "word " * 40_000,  # 200,000 characters
+]
+
+
+def packed_without_cut(preprocessor, x):
+    tokenize = preprocessor.tokenizer
+    segments = tuple(tokenize(tf.constant(t)) for t in x) if isinstance(x, tuple) else tokenize(tf.constant(x))
+    return preprocessor.packer(segments)
+
+
+@pytest.mark.parametrize("length", [8, 16, 64])
+def test_cutting_long_text_before_wordpiece_changes_no_id(minilm_dir, length):
+    preprocessor = BertPreprocessor.from_preset(minilm_dir, sequence_length=length)
+    for x in (CUT_PROBES, (CUT_PROBES, CUT_PROBES[::-1]), (CUT_PROBES[:3] * 3 + CUT_PROBES[:1], CUT_PROBES)):
+        cut, whole = preprocessor(x), packed_without_cut(preprocessor, x)
+        for key in cut:
+            np.testing.assert_array_equal(cut[key], whole[key])
+
+
+def test_wordpiece_reads_a_bounded_prefix_of_a_huge_text():
+    from kbert.text.offsets import cut_after_words
+
+    [cut] = cut_after_words(tf.constant(["word " * 40_000]), 16).numpy()
+    assert cut == b"word " * 16  # the 17th word and everything after it are never tokenized
+    assert cut_after_words(tf.constant(["a b c"]), 16).numpy()[0] == b"a b c"  # a text that fits is whole
