@@ -1,3 +1,5 @@
+import numbers
+
 import keras
 import tensorflow as tf
 
@@ -6,6 +8,7 @@ from kbert.models.bert_backbone import bert_initializer
 from kbert.models.task import Task
 from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
+from kbert.text.pipeline import class_ids
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -34,6 +37,12 @@ class BertClassifier(Task):
     classified_output = "pooled_output"
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None, **kwargs):
+        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
+            raise ValueError(
+                f"num_classes={num_classes!r} ({type(num_classes).__name__}): give the number of classes "
+                "as a positive int, e.g. num_classes=2."
+            )
+        num_classes = int(num_classes)
         if class_names is not None and len(class_names) != num_classes:
             raise ValueError(f"Got {len(class_names)} class_names for num_classes={num_classes}.")
         inputs = backbone.input
@@ -70,6 +79,10 @@ class BertClassifier(Task):
                     "label": tf.gather(names, label_id)}
 
         return preprocess, postprocess, [serving_text(), serving_text("text_pair")][:2 if pairs else 1], None
+
+    def _label_ids(self, y):
+        """Class ids, checked against num_classes before any training."""
+        return class_ids(super()._label_ids(y), self.num_classes)
 
     def task_config(self):
         return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}

@@ -1,23 +1,103 @@
 """Raw input to batched `tf.data` pipelines, for the task models' `fit`,
-`evaluate` and `predict`."""
+`evaluate` and `predict`: texts and labels checked in Python first, so that
+wrong input fails at once, saying what to fix, on every backend (not after a
+trace, buried in a graph error, or not at all)."""
 
 import numpy as np
 import tensorflow as tf
 
 
-def text_tensor(x):
+def text_tensor(x, names=("texts_a", "texts_b")):
     """Raw text input as string tensors: a list or array of strings, or a
-    tuple of two of them (sentence pairs)."""
+    tuple of two of them (sentence pairs: one text of each per example).
+    `names` name the pair's two lists in errors."""
     if isinstance(x, tuple):
-        return tuple(text_tensor(v) for v in x)
+        names = list(names) + [f"texts_{i}" for i in range(len(names), len(x))]
+        texts = tuple(_strings(v, name) for v, name in zip(x, names))
+        counts = [int(t.shape[0]) for t in texts]
+        for i in range(1, len(counts)):
+            if counts[i] != counts[0]:
+                raise ValueError(
+                    f"Got {counts[0]} {names[0]} but {counts[i]} {names[i]}: a pair takes one of each per example; "
+                    "pass lists of the same length."
+                )
+        return texts
+    return _strings(x, "texts")
+
+
+def _strings(x, name):
     if isinstance(x, (str, bytes)):
         raise ValueError("Got a single string where a batch was expected; pass a list of strings: [text].")
-    x = tf.constant(x if isinstance(x, (np.ndarray, tf.Tensor)) else list(x))
+    if not isinstance(x, (np.ndarray, tf.Tensor)):
+        x = list(x)
+    if isinstance(x, list) or (isinstance(x, np.ndarray) and x.dtype == object):
+        # By index, before TensorFlow, which would only say "mixed types".
+        for i, text in enumerate(x):
+            if not isinstance(text, (str, bytes)):
+                raise ValueError(
+                    f"{name}[{i}] is {text!r} ({type(text).__name__}), not a string; every text must be a str. "
+                    'Drop that example or give it a text (e.g. "").'
+                )
+    x = tf.constant(x)
     if x.shape.rank and x.shape[0] == 0:
         raise ValueError("Got no texts: the data set is empty. Pass at least one example.")
     if x.dtype != tf.string:
         raise ValueError(f"Expected text (strings) as input, got {x.dtype.name} values.")
     return x
+
+
+def check_counts(x, y=None, sample_weight=None):
+    """Refuses raw input whose texts, labels and sample weights differ in
+    number (a dataset is left alone: it holds its own examples)."""
+    if isinstance(x, (tf.data.Dataset, dict)):
+        return
+    n = len(x[0]) if isinstance(x, tuple) else len(x)
+    for values, what in ((y, "labels"), (sample_weight, "sample weights")):
+        if values is not None and not isinstance(values, dict) and len(values) != n:
+            raise ValueError(f"Got {n} texts but {len(values)} {what}; pass one per text, in the same order.")
+
+
+def class_ids(labels, num_classes):
+    """A sparse classifier's labels as int32 class ids, refused (saying how to
+    fix them) unless each is one whole number in [0, num_classes): on some
+    backends an id out of range trains silently on garbage."""
+    y = np.asarray(labels)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim == 2 and y.shape[1] == num_classes:
+        raise ValueError(
+            f"The labels have shape {y.shape}: one-hot rows of {num_classes} classes, but this classifier takes "
+            "one class id per text. Pass class ids instead: labels.argmax(axis=-1)."
+        )
+    if y.ndim != 1:
+        raise ValueError(f"The labels have shape {y.shape}; this classifier takes one class id per text (a 1-D list).")
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"The labels are {y.dtype} values; give class ids, integers in [0, {num_classes}).")
+    # The errors give values, not positions: evaluate has sorted the
+    # examples by length already.
+    if y.dtype.kind == "f":
+        fractions = ~np.isfinite(y) | (y != np.round(y))
+        if fractions.any():
+            raise ValueError(
+                f"Got labels {_some(y[fractions])} ({fractions.sum()} of {len(y)}): labels are class ids, "
+                f"whole numbers in [0, {num_classes}). Pass ints (1.0 is fine, 0.3 is not)."
+            )
+    outside = (y < 0) | (y >= num_classes)
+    if outside.any():
+        fix = "fix or drop those examples"
+        if y.max() >= num_classes:
+            fix += f", or build the model with num_classes={int(y.max()) + 1} if there are more classes"
+        raise ValueError(
+            f"Got labels {_some(y[outside])} ({outside.sum()} of {len(y)}), outside [0, {num_classes}) for "
+            f"num_classes={num_classes}. Class ids run from 0 to {num_classes - 1}: {fix}."
+        )
+    return y.astype("int32")
+
+
+def _some(values):
+    """A few distinct values, for an error message."""
+    distinct = np.unique(values)
+    return ", ".join(f"{v:g}" for v in distinct[:5]) + (", ..." if len(distinct) > 5 else "")
 
 
 def map_batches(dataset, preprocess):
