@@ -114,11 +114,7 @@ class BertQuestionAnswerer(Task):
                 "BertQuestionAnswerer takes raw input as a tuple (questions, contexts) of two lists "
                 f"of str (answers as y), or a dict of token ids; got {type(x).__name__}."
             )
-        questions, contexts = text_tensor(x)
-        if questions.shape[0] != contexts.shape[0]:
-            raise ValueError(f"Got {questions.shape[0]} questions and {contexts.shape[0]} contexts; "
-                             "pass one question per context.")
-        return questions, contexts
+        return text_tensor(x, names=("questions", "contexts"))
 
     @staticmethod
     def _answer_chars(answers, contexts):

@@ -19,10 +19,6 @@ from kbert.training.distribution import DistributedTraining
 from kbert.training.optimizers import bert_adamw
 from kbert.training.schedules import WarmupLinearDecay
 
-# from_preset's default preprocessor: the preset's (None means none).
-_PRESET = object()
-
-
 class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Model):
     """Base of the task models: a functional model on `BertBackbone` with an
     optional preprocessor, so that `fit`, `evaluate` and `predict` take raw
@@ -173,17 +169,13 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         architecture fixed by the weights (`num_layers=3`), a typo
         (`dropuot`), a `compile` or `fit` argument (`learning_rate`).
         """
-        preprocessor = kwargs.pop("preprocessor", _PRESET)
-        if preprocessor is not _PRESET and sequence_length is not None:
+        if "preprocessor" in kwargs and sequence_length is not None:
             raise ValueError(
                 f"Got both preprocessor= and sequence_length={sequence_length}: the sequence length is the "
                 "preprocessor's; build it with that length (BertPreprocessor.from_preset(preset, sequence_length=...))."
             )
         cls._check_preset_arguments(preset, kwargs)
-        model = super().from_preset(preset, sequence_length=sequence_length, **kwargs)
-        if preprocessor is not _PRESET:
-            model.preprocessor = preprocessor
-        return model
+        return super().from_preset(preset, sequence_length=sequence_length, **kwargs)
 
     @classmethod
     def _preset_arguments(cls):

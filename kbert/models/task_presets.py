@@ -55,14 +55,16 @@ class TaskPresets:
             preset: the preset.
             sequence_length: the preprocessor's packed length (default: the
                 preset's, at most 512).
-            **kwargs: the head's arguments (e.g. `num_classes`), and backbone
+            **kwargs: the head's arguments (e.g. `num_classes`), backbone
                 settings that leave the architecture alone (`dropout`,
-                `dtype`).
+                `dtype`), and `preprocessor` to use instead of the preset's
+                (`None`: a model fed token ids).
         """
         folder = files.get_preset_dir(preset)
         backbone_kwargs = {k: kwargs.pop(k) for k in ("dropout", "dtype") if k in kwargs}
         backbone = BertBackbone.from_preset_config(loading.checked_backbone_config(folder, preset, backbone_kwargs))
-        preprocessor = cls.preset_preprocessor(folder, sequence_length, backbone)
+        preprocessor = (kwargs.pop("preprocessor") if "preprocessor" in kwargs
+                        else cls.preset_preprocessor(folder, sequence_length, backbone))
         if files.is_kbert_layout(folder):
             saved = files.load_json(folder, files.KBERT_CONFIG).get("task") or {}
             same_task = saved.get("class") == cls.__name__
