@@ -41,6 +41,9 @@ def _decoded(value):
 class Answering:
     """The answering path of a task model (subclasses give `_answering`)."""
 
+    # Whether the task reads pairs of texts (an export with `pairs=True`).
+    takes_pairs = False
+
     def export(self, filepath, format="tf_saved_model", pairs=False, top_k=5, **kwargs):
         """Exports a SavedModel for TF Serving that takes raw strings: the
         task's preprocessing, model and postprocessing in one graph (the same
@@ -70,9 +73,6 @@ class Answering:
             return path
         serve, signature, fills = self.serving_function(pairs=pairs, top_k=top_k)
         return serving.write(self, path, serve, signature, fills)
-
-    # Whether the task reads pairs of texts (an export with `pairs=True`).
-    takes_pairs = False
 
     def _answering(self, pairs=False, top_k=5):
         """The task's answering, as TensorFlow ops: `(preprocess, postprocess,
