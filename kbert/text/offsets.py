@@ -179,18 +179,25 @@ def cut_after_words(texts, max_words):
     of the whole text, exactly: a text of at most `max_words` pieces is never
     cut, and one that is cut keeps all the pieces a packed sequence of
     `max_words` tokens can hold. The cost is one regex split, linear in the
-    text's bytes.
+    text's bytes, and nothing for a batch of texts too short to be cut.
     """
     if isinstance(texts, tf.RaggedTensor):
         return texts.with_flat_values(cut_after_words(texts.flat_values, max_words))
     texts = tf.convert_to_tensor(texts, tf.string)
     if texts.shape.rank == 0:
         return cut_after_words(texts[None], max_words)[0]
+    limit = tf.cast(max_words, tf.int64)
+    # Chunks are separated by at least one byte: a text of at most
+    # 2 * max_words bytes has at most max_words of them, and is never cut.
+    short = tf.cast(tf.strings.length(texts), tf.int64) <= 2 * limit
+    return tf.cond(tf.reduce_all(short), lambda: texts, lambda: _cut_after_words(texts, limit))
+
+
+def _cut_after_words(texts, limit):
     split_texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
     chunks, starts, _ = tf_text.regex_split_with_offsets(split_texts, f"(?:{_WHITESPACE})+")
     gives_piece = tf.cast(tf.strings.regex_full_match(chunks.flat_values, _GIVES_A_PIECE), tf.int64)
     count = _sum_before_in_row(chunks.with_flat_values(gives_piece)) + gives_piece
-    limit = tf.cast(max_words, tf.int64)
     if limit.shape.rank:  # one budget per text
         limit = tf.gather(limit, starts.value_rowids())
     # The first chunk past the budget starts the cut; no such chunk: no cut.
