@@ -65,8 +65,10 @@ def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS
     # served model, and which Keras may have rebuilt).
     module.preprocessor = model.preprocessor
     module.model_variables = [getattr(v, "value", v) for v in model.variables]
+    # The serving code is graph code already (explicit while_loop and cond):
+    # autograph would only re-read and re-convert its source.
     module.serving_default = tf.function(in_slices(serve, input_signature, fills, slice_rows),
-                                         input_signature=input_signature)
+                                         input_signature=input_signature, autograph=False)
     tf.saved_model.save(module, path, signatures={"serving_default": module.serving_default})
     return path
 
@@ -77,7 +79,7 @@ def in_slices(serve, input_signature, fills=None, slice_rows=SLICE_ROWS):
     slice's longest row, as `predict` pads a batch. Outputs whose inner
     dimensions differ between slices (words, masks) are padded with `fills`."""
     fills = fills or {}
-    outputs = tf.function(serve).get_concrete_function(*input_signature).structured_outputs
+    outputs = tf.function(serve, autograph=False).get_concrete_function(*input_signature).structured_outputs
     dtypes = {k: v.dtype for k, v in outputs.items()}
 
     def run(*inputs):
