@@ -142,8 +142,8 @@ class BertMaskedLM(Task):
                     zip(r["tokens"], r["probabilities"], r["token_ids"]) if ids[0] >= 0] for r in rows]
         missing = [i for i, guesses in enumerate(results) if not guesses]
         if missing:
-            raise ValueError(f"No [MASK] token in texts {missing[:5]} (e.g. {texts[missing[0]]!r}); write [MASK] "
-                             "where a word should be guessed.")
+            raise ValueError(f"No [MASK] token in texts {missing[:5]} (e.g. {texts[missing[0]][:80]!r}); write [MASK] "
+                             "where a word should be guessed, within the first sequence_length tokens.")
         return results
 
 

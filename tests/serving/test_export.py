@@ -143,7 +143,7 @@ def test_served_models_answer_like_predict_without_keras_or_kbert(exports):
 
 def test_one_hostile_corpus_answers_alike_served_and_in_python(exports):
     models, paths, _ = exports
-    masked = [f"{t} [MASK]" for t in CORPUS]
+    masked = [f"[MASK] {t}" for t in CORPUS]  # at the start: long texts are truncated
     contexts = CORPUS + CONTEXTS
     questions = (QUESTIONS * len(contexts))[: len(contexts)]
     served = serve({
