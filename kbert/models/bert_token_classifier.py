@@ -81,7 +81,8 @@ class BertTokenClassifier(BertClassifier):
             words = tf.ragged.constant(_as_word_lists(x), dtype=tf.string, ragged_rank=1)
         parts = (words,)
         if y is not None:
-            parts += (tf.ragged.constant(self._tag_ids(y, words.to_list()), dtype=tf.int32, ragged_rank=1),)
+            tag_ids = self._tag_ids(y, words.row_lengths().numpy())
+            parts += (tf.ragged.constant(tag_ids, dtype=tf.int32, ragged_rank=1),)
         if sample_weight is not None:
             parts += (tf.constant(sample_weight, tf.float32),)
         dataset = tf.data.Dataset.from_tensor_slices(parts)
@@ -99,15 +100,15 @@ class BertTokenClassifier(BertClassifier):
             weights *= sample_weight[:, None]
         return features, labels, weights
 
-    def _tag_ids(self, tags, words):
+    def _tag_ids(self, tags, word_counts):
         ids = []
         index = {name: i for i, name in enumerate(self.class_names or [])}
-        if len(tags) != len(words):
-            raise ValueError(f"Got {len(words)} sentences but {len(tags)} tag lists; give one per sentence.")
-        for i, (sentence_tags, sentence_words) in enumerate(zip(tags, words)):
-            if len(sentence_tags) != len(sentence_words):
+        if len(tags) != len(word_counts):
+            raise ValueError(f"Got {len(word_counts)} sentences but {len(tags)} tag lists; give one per sentence.")
+        for i, (sentence_tags, count) in enumerate(zip(tags, word_counts)):
+            if len(sentence_tags) != count:
                 raise ValueError(
-                    f"Sentence {i} has {len(sentence_words)} words but {len(sentence_tags)} tags; "
+                    f"Sentence {i} has {count} words but {len(sentence_tags)} tags; "
                     "give one tag per word."
                 )
             for tag in sentence_tags:

@@ -57,12 +57,7 @@ def tokenize_with_byte_spans(tokenizer, texts):
         int32), the ids the tokenizer's; bytes `starts[i][k]:ends[i][k]` of
         `texts[i]` are the original text of piece `k`.
     """
-    # regex_split ends a string at U+0000; U+0001 has the same length and,
-    # like U+0000, is dropped by the normalizer.
-    split_texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-    words, word_starts, word_ends = tf_text.regex_split_with_offsets(
-        split_texts, _WORD_DELIMITER, keep_delim_regex_pattern=_OWN_WORD
-    )
+    words, word_starts, word_ends = _split_words(texts)
     flat_words = words.flat_values
     pieces = tokenizer(flat_words)  # [words, (pieces)]
     word_of_piece = pieces.value_rowids()
@@ -135,15 +130,19 @@ def tokenize_with_byte_spans(tokenizer, texts):
 
 
 
+def _split_words(texts):
+    """`split_words_with_offsets`, with U+0001 standing for U+0000 in the words:
+    regex_split ends a string at U+0000, and U+0001 has the same length and,
+    like U+0000, is dropped by the normalizer."""
+    return tf_text.regex_split_with_offsets(
+        tf.strings.regex_replace(texts, r"\x00", "\x01"), _WORD_DELIMITER, keep_delim_regex_pattern=_OWN_WORD
+    )
+
+
 def split_words_with_offsets(texts):
     """The words of each text where BERT's pre-tokenizer splits it, with
     their byte spans: `(words, starts, ends)`, ragged `[texts, (words)]`."""
-    # regex_split ends a string at U+0000; U+0001 has the same length and,
-    # like U+0000, is dropped by the normalizer.
-    split_texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-    words, starts, ends = tf_text.regex_split_with_offsets(
-        split_texts, _WORD_DELIMITER, keep_delim_regex_pattern=_OWN_WORD
-    )
+    words, starts, ends = _split_words(texts)
     # The words as written (with U+0000 where the text has it).
     words = words.with_flat_values(tf.strings.substr(tf.repeat(texts, words.row_lengths()), starts.flat_values,
                                                      ends.flat_values - starts.flat_values))
@@ -152,15 +151,23 @@ def split_words_with_offsets(texts):
 
 def char_offsets(texts, byte_offsets):
     """Byte offsets into each text as character offsets (UTF-8 characters;
-    an invalid byte counts as one). `byte_offsets`: `[texts, ...]`, dense."""
+    an invalid byte counts as one). `byte_offsets`: `[texts, ...]`, dense or
+    ragged."""
+    if isinstance(byte_offsets, tf.RaggedTensor):
+        flat = byte_offsets.flat_values
+        return byte_offsets.with_flat_values(_chars_before(tf.repeat(texts, byte_offsets.row_lengths()), flat))
     shape = tf.shape(byte_offsets, out_type=tf.int64)
     flat = tf.reshape(byte_offsets, [shape[0], -1])
     repeated = tf.repeat(texts, tf.fill([shape[0]], tf.shape(flat, out_type=tf.int64)[1]))
-    prefixes = tf.strings.substr(repeated, tf.zeros_like(tf.reshape(flat, [-1])), tf.reshape(flat, [-1]),
-                                 unit="BYTE")
+    return tf.reshape(_chars_before(repeated, tf.reshape(flat, [-1])), shape)
+
+
+def _chars_before(strings, byte_offsets):
+    """The characters of each string before its byte offset."""
+    prefixes = tf.strings.substr(strings, tf.zeros_like(byte_offsets), byte_offsets, unit="BYTE")
     lengths = tf.strings.length(tf.strings.unicode_transcode(prefixes, "UTF-8", "UTF-8", errors="replace",
                                                              replacement_char=0xFFFD), unit="UTF8_CHAR")
-    return tf.reshape(tf.cast(lengths, byte_offsets.dtype), shape)
+    return tf.cast(lengths, byte_offsets.dtype)
 
 
 # A whitespace-separated chunk with one character that no normalization drops
@@ -189,7 +196,7 @@ def cut_after_words(texts, max_words):
     limit = tf.cast(max_words, tf.int64)
     # Chunks are separated by at least one byte: a text of at most
     # 2 * max_words bytes has at most max_words of them, and is never cut.
-    short = tf.cast(tf.strings.length(texts), tf.int64) <= 2 * limit
+    short = tf.cast(tf.strings.length(texts), tf.int64) // 2 <= limit
     return tf.cond(tf.reduce_all(short), lambda: texts, lambda: _cut_after_words(texts, limit))
 
 

@@ -126,18 +126,19 @@ class BertPreprocessor(tf.Module):
         ids_a, ids_b = self.tokenizer(cut_a), self.tokenizer(cut_b)
         shorter = lambda cut, texts: tf.strings.length(cut) < tf.strings.length(texts)  # noqa: E731
         was_a, was_b = shorter(cut_a, texts_a), shorter(cut_b, texts_b)
+        if self.packer.truncation != "longest_first":
+            return ids_a, ids_b  # there a segment keeps its first pieces whatever the lengths
 
         def exact_order():
             n_a, n_b = ids_a.row_lengths(), ids_b.row_lengths()
             whole = was_a & was_b  # both lengths unknown: nothing is cut
             # On a tie the second segment counts as the longer one.
-            budget_a = tf.where(whole, tf.int64.max, tf.where(was_a & (n_a <= n_b), tf.maximum(n_b + 1, length), length))
-            budget_b = tf.where(whole, tf.int64.max, tf.where(was_b & (n_b < n_a), tf.maximum(n_a, length), length))
+            budget_a = tf.where(was_a & (n_a <= n_b), tf.maximum(n_b + 1, length), length)
+            budget_b = tf.where(was_b & (n_b < n_a), tf.maximum(n_a, length), length)
+            budget_a, budget_b = (tf.where(whole, tf.int64.max, b) for b in (budget_a, budget_b))
             return (self.tokenizer(cut_after_words(texts_a, budget_a)),
                     self.tokenizer(cut_after_words(texts_b, budget_b)))
 
-        if self.packer.truncation != "longest_first":
-            return ids_a, ids_b  # only one segment is cut there, and only its first pieces count
         return tf.cond(tf.reduce_any(was_a | was_b), exact_order, lambda: (ids_a, ids_b))
 
     def __call__(self, x, y=None, sample_weight=None):

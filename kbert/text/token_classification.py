@@ -141,16 +141,9 @@ def text_entities(texts, entities, word_starts, word_ends):
                              end_byte.flat_values - start_byte.flat_values)
     return {
         "entity": start_byte.with_flat_values(text),
-        "entity_start": start_byte.with_flat_values(tf.cast(char_offsets_flat(texts, start_byte), tf.int32)),
-        "entity_end": end_byte.with_flat_values(tf.cast(char_offsets_flat(texts, end_byte), tf.int32)),
+        "entity_start": tf.cast(char_offsets(texts, start_byte), tf.int32),
+        "entity_end": tf.cast(char_offsets(texts, end_byte), tf.int32),
         "entity_label": entities["label"],
         "entity_score": entities["score"],
     }
 
-
-def char_offsets_flat(texts, byte_offsets):
-    """`char_offsets` of a ragged `[texts, (offsets)]` tensor, as flat values."""
-    dense = byte_offsets.to_tensor(0)
-    return tf.gather_nd(char_offsets(texts, dense), tf.stack(
-        [byte_offsets.value_rowids(), tf.range(tf.size(byte_offsets.flat_values, out_type=tf.int64))
-         - tf.repeat(byte_offsets.row_starts(), byte_offsets.row_lengths())], axis=1))
