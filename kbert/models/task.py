@@ -3,8 +3,6 @@
 `task_inputs` (raw text in), `task_answers` (helpers and export) and
 `task_presets` (presets and Hugging Face heads)."""
 
-import difflib
-import inspect
 
 import keras
 import numpy as np
@@ -13,7 +11,6 @@ import tensorflow as tf
 from kbert.models.task_answers import Answering
 from kbert.models.task_inputs import RawTextInput
 from kbert.models.task_presets import TaskPresets
-from kbert.presets import files, loading
 from kbert.text.pipeline import check_counts, steps, take
 from kbert.training.distribution import DistributedTraining
 from kbert.training.optimizers import bert_adamw
@@ -154,70 +151,6 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             return outputs
         unsort = np.argsort(order)
         return keras.tree.map_structure(lambda v: v[unsort], outputs)
-
-    # === Presets ===
-
-    @classmethod
-    def from_preset(cls, preset, sequence_length=None, **kwargs):
-        """Builds the task from a preset (see `TaskPresets.from_preset`).
-
-        Keyword arguments are the head's constructor arguments, the
-        backbone's `dropout` and `dtype`, `sequence_length`, and
-        `preprocessor`: `None` builds the task without one (a model fed
-        token ids), an object is used as given (instead of the preset's).
-        Any other argument is refused, naming it: one that would change the
-        architecture fixed by the weights (`num_layers=3`), a typo
-        (`dropuot`), a `compile` or `fit` argument (`learning_rate`).
-        """
-        if "preprocessor" in kwargs and sequence_length is not None:
-            raise ValueError(
-                f"Got both preprocessor= and sequence_length={sequence_length}: the sequence length is the "
-                "preprocessor's; build it with that length (BertPreprocessor.from_preset(preset, sequence_length=...))."
-            )
-        cls._check_preset_arguments(preset, kwargs)
-        return super().from_preset(preset, sequence_length=sequence_length, **kwargs)
-
-    @classmethod
-    def _preset_arguments(cls):
-        """The keyword arguments `from_preset` takes."""
-        names = {"dropout", "dtype", "name", "preprocessor", "sequence_length"}
-        for klass in cls.__mro__[:cls.__mro__.index(Task) + 1]:
-            if "__init__" in vars(klass):
-                names |= {name for name, p in inspect.signature(klass.__init__).parameters.items()
-                          if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-        return sorted(names - {"self", "inputs", "outputs", "backbone"})
-
-    @classmethod
-    def _check_preset_arguments(cls, preset, kwargs):
-        """Refuses keyword arguments that `from_preset` would otherwise pass
-        on silently: the backbone's must leave the preset's architecture
-        alone (they can only repeat it); anything else is unknown."""
-        accepted = cls._preset_arguments()
-        refused = [k for k in kwargs if k not in accepted]
-        if not refused:
-            return
-        folder = files.get_preset_dir(preset)
-        config = loading.backbone_config(folder)
-        backbone = {k: kwargs.pop(k) for k in refused if k in config}
-        loading.checked_backbone_config(folder, preset, backbone)  # refuses a different architecture
-        refused = [k for k in refused if k not in backbone or backbone[k] != config[k]]
-        if not refused:
-            return
-        compile_arguments = inspect.signature(cls.compile).parameters
-        fit_arguments = inspect.signature(cls.fit).parameters
-        hints = []
-        for k in refused:
-            if k in compile_arguments:
-                hints.append(f"{k} is a compile() argument: call model.compile({k}=...) after from_preset.")
-            elif k in fit_arguments:
-                hints.append(f"{k} is a fit() argument: model.fit(..., {k}=...).")
-            elif difflib.get_close_matches(k, accepted, n=1):
-                hints.append(f"{k}: did you mean {difflib.get_close_matches(k, accepted, n=1)[0]}?")
-        raise TypeError(
-            f"{cls.__name__}.from_preset() got unexpected keyword argument(s): {', '.join(refused)}. "
-            + "".join(f"{hint} " for hint in hints)
-            + f"It accepts: {', '.join(accepted)}."
-        )
 
     # === Config ===
 

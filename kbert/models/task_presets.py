@@ -1,6 +1,8 @@
 """Task models to and from presets: kbert's layout and Hugging Face
 checkpoints with their task heads."""
 
+import difflib
+import inspect
 import json
 import os
 import warnings
@@ -58,8 +60,17 @@ class TaskPresets:
             **kwargs: the head's arguments (e.g. `num_classes`), backbone
                 settings that leave the architecture alone (`dropout`,
                 `dtype`), and `preprocessor` to use instead of the preset's
-                (`None`: a model fed token ids).
+                (`None`: a model fed token ids). Any other argument is
+                refused, naming it: one that would change the architecture
+                fixed by the weights (`num_layers=3`), a typo (`dropuot`), a
+                `compile` or `fit` argument (`learning_rate`).
         """
+        if "preprocessor" in kwargs and sequence_length is not None:
+            raise ValueError(
+                f"Got both preprocessor= and sequence_length={sequence_length}: the sequence length is the "
+                "preprocessor's; build it with that length (BertPreprocessor.from_preset(preset, sequence_length=...))."
+            )
+        cls._check_preset_arguments(preset, kwargs)
         folder = files.get_preset_dir(preset)
         backbone_kwargs = {k: kwargs.pop(k) for k in ("dropout", "dtype") if k in kwargs}
         backbone = BertBackbone.from_preset_config(loading.checked_backbone_config(folder, preset, backbone_kwargs))
@@ -83,6 +94,48 @@ class TaskPresets:
         loading.load_hf_backbone_weights(backbone, path, tensors)
         model.load_hf_head(tensors, path)
         return model
+
+    @classmethod
+    def _preset_arguments(cls):
+        """The keyword arguments `from_preset` takes."""
+        names = {"dropout", "dtype", "name", "preprocessor", "sequence_length"}
+        for klass in (k for k in cls.__mro__ if issubclass(k, TaskPresets)):
+            if "__init__" in vars(klass):
+                names |= {name for name, p in inspect.signature(klass.__init__).parameters.items()
+                          if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+        return sorted(names - {"self", "inputs", "outputs", "backbone"})
+
+    @classmethod
+    def _check_preset_arguments(cls, preset, kwargs):
+        """Refuses keyword arguments that `from_preset` would otherwise pass
+        on silently: the backbone's must leave the preset's architecture
+        alone (they can only repeat it); anything else is unknown."""
+        accepted = cls._preset_arguments()
+        refused = [k for k in kwargs if k not in accepted]
+        if not refused:
+            return
+        folder = files.get_preset_dir(preset)
+        config = loading.backbone_config(folder)
+        backbone = {k: kwargs.pop(k) for k in refused if k in config}
+        loading.checked_backbone_config(folder, preset, backbone)  # refuses a different architecture
+        refused = [k for k in refused if k not in backbone or backbone[k] != config[k]]
+        if not refused:
+            return
+        compile_arguments = inspect.signature(cls.compile).parameters
+        fit_arguments = inspect.signature(cls.fit).parameters
+        hints = []
+        for k in refused:
+            if k in compile_arguments:
+                hints.append(f"{k} is a compile() argument: call model.compile({k}=...) after from_preset.")
+            elif k in fit_arguments:
+                hints.append(f"{k} is a fit() argument: model.fit(..., {k}=...).")
+            elif difflib.get_close_matches(k, accepted, n=1):
+                hints.append(f"{k}: did you mean {difflib.get_close_matches(k, accepted, n=1)[0]}?")
+        raise TypeError(
+            f"{cls.__name__}.from_preset() got unexpected keyword argument(s): {', '.join(refused)}. "
+            + "".join(f"{hint} " for hint in hints)
+            + f"It accepts: {', '.join(accepted)}."
+        )
 
     @classmethod
     def preset_preprocessor(cls, folder, sequence_length, backbone):

@@ -24,6 +24,7 @@ import warnings
 import huggingface_hub
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import errors as hub_errors
+from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import validate_repo_id
 
 from kbert.presets.registry import PRESETS
@@ -205,7 +206,7 @@ def hub_snapshot(repo, revision=None, name=None):
             )
             return folder
         raise ConnectionError(f"Offline mode is on and {what} is not in the Hugging Face cache ({cache}). {how}")
-    storage = os.path.join(cache, "models--" + repo.replace("/", "--"))  # the cache's layout
+    storage = os.path.join(cache, repo_folder_name(repo_id=repo, repo_type="model"))
     etag_timeout = _seconds("HF_HUB_ETAG_TIMEOUT", 10)
     return _without_stalls(
         lambda progress: _download(repo, revision, cache, etag_timeout, what, how, progress), storage, what, how
