@@ -7,8 +7,9 @@
     kbert serve-check saved_models/mr/1 --text "a fine film"
 
 Only the standard library is imported here: kbert, Keras and TensorFlow load
-when a subcommand runs, so that `kbert --help` and argument mistakes answer at
-once.
+when a subcommand runs. The console script loads this module through
+`kbert_cli.py`, outside the package, so that `kbert --help` and argument
+mistakes answer at once (in 0.04 s instead of 7).
 """
 
 import argparse
@@ -17,6 +18,7 @@ import csv
 import json
 import os
 import sys
+import tempfile
 
 # Before TensorFlow is imported (it reads this once): no INFO/WARNING lines
 # from its C++ runtime in the command's output. (TF 2.21 still prints a few
@@ -194,13 +196,37 @@ def model_label_ids(labels, class_names, num_classes, places=None):
     return ids
 
 
+def _import_kbert():
+    """`import kbert`, without the lines TensorFlow's C++ runtime writes to
+    stderr as it starts, before its logging reads TF_CPP_MIN_LOG_LEVEL. They
+    are shown after all if the import fails."""
+    if "tensorflow" in sys.modules:
+        import kbert
+
+        return kbert
+    sys.stderr.flush()
+    stderr = os.dup(2)
+    with tempfile.TemporaryFile() as startup_lines:
+        os.dup2(startup_lines.fileno(), 2)
+        try:
+            import kbert
+        except BaseException:
+            os.dup2(stderr, 2)
+            startup_lines.seek(0)
+            sys.stderr.write(startup_lines.read().decode("utf-8", errors="replace"))
+            raise
+        finally:
+            os.dup2(stderr, 2)
+            os.close(stderr)
+    return kbert
+
+
 def _train(args):
     import warnings
 
     import numpy as np
 
-    import kbert
-
+    kbert = _import_kbert()
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
     label_ids, class_names = encode_labels(table.labels, args.num_classes, table.places)
     num_classes = args.num_classes or (len(class_names) if class_names else max(label_ids) + 1)
@@ -258,7 +284,7 @@ def _export(args):
 
 
 def _serve_check(args):
-    import kbert
+    kbert = _import_kbert()
 
     if not os.path.isdir(args.path):
         raise UsageError(f"No SavedModel folder at {args.path}")
@@ -269,7 +295,7 @@ def _serve_check(args):
 
 
 def _presets(args):
-    import kbert
+    kbert = _import_kbert()
 
     minilm = {"num_layers": 6, "hidden_dim": 384, "num_heads": 12, "intermediate_dim": 1536,
               "vocabulary_size": 30522}
@@ -302,7 +328,7 @@ def _cli_settings(folder):
 
 
 def _load(folder):
-    import kbert
+    kbert = _import_kbert()
 
     if not os.path.exists(os.path.join(folder, "kbert_config.json")):
         raise UsageError(f"{folder} is not a model saved by `kbert train` (no kbert_config.json).")

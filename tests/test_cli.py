@@ -9,12 +9,12 @@ import subprocess
 import sys
 import warnings
 
+import keras
 import pytest
 
 from kbert.cli import MAX_FIELD_CHARS, UsageError, build_parser, encode_labels, main, model_label_ids
 
 MR = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "mr")
-CLI = os.path.join(os.path.dirname(__file__), "..", "kbert", "cli.py")
 
 
 def run(capsys, *argv):
@@ -233,20 +233,20 @@ def test_every_option_has_help_text_and_shows_its_default():
                 assert f"(default: {action.default})" in text, f"kbert {name} {action.dest}"
 
 
-def test_help_imports_neither_kbert_nor_tensorflow():
-    # cli.py run on its own: what `kbert --help` costs beyond `import kbert`.
+def test_help_and_argument_mistakes_import_neither_kbert_nor_tensorflow():
+    # Through the console script's own entry point (kbert_cli.main), in a
+    # fresh interpreter: `kbert --help` must not pay for `import kbert`.
     code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('cli', {CLI!r})\n"
-        "cli = importlib.util.module_from_spec(spec); spec.loader.exec_module(cli)\n"
-        "for argv in (['--help'], ['train', '--help'], ['predict', '--help']):\n"
-        "    try: cli.main(argv)\n"
+        "import sys, kbert_cli\n"
+        "for argv in (['--help'], ['train', '--help'], ['predict', '--help'], ['train', '--epochs', 'x']):\n"
+        "    try: kbert_cli.main(argv)\n"
         "    except SystemExit: pass\n"
         "print(sorted(m for m in ('kbert', 'keras', 'tensorflow', 'numpy') if m in sys.modules), file=sys.stderr)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr[-2000:]
     assert "usage: kbert predict" in result.stdout
+    assert "kbert train: error: argument --epochs: 'x' is not an integer" in result.stderr
 
 
 def test_console_script_is_installed_and_every_subcommand_has_help():
@@ -258,3 +258,11 @@ def test_console_script_is_installed_and_every_subcommand_has_help():
         with pytest.raises(SystemExit) as exit:
             build_parser().parse_args([command, "--help"])
         assert exit.value.code == 0
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="run once: TensorFlow starts the same on every backend")
+def test_a_subcommand_prints_no_tensorflow_startup_lines():
+    script = os.path.join(os.path.dirname(sys.executable), "kbert")
+    result = subprocess.run([script, "presets"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "minilm:" in result.stdout
+    assert result.stderr == "", result.stderr[-2000:]
