@@ -1,43 +1,99 @@
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
 from kbert.models.task import Task
 from kbert.models.task_answers import serving_text
 from kbert.presets import files
+from kbert.presets import sentence_transformers as st
+from kbert.text import BertPreprocessor, BertTokenizer
+from kbert.text.pipeline import map_batches, text_tensor
+from kbert.training.contrastive import (
+    CoSENTLoss,
+    MultipleNegativesRankingLoss,
+    batches_without_duplicates,
+)
+
+POOLING_MODES = st.POOLING_MODES
+_DENSE_KEYS = ("units", "activation", "use_bias")
+
+
+def _pool(mode, sequence_output, padding_mask):
+    """One of sentence-transformers' `Pooling` modes, on right-padded input."""
+    mask = ops.cast(padding_mask, sequence_output.dtype)[:, :, None]
+    if mode == "cls":
+        return sequence_output[:, 0, :]
+    if mode == "max":
+        return ops.max(ops.where(mask > 0, sequence_output, ops.full_like(sequence_output, -np.inf)), axis=1)
+    if mode == "lasttoken":
+        # The last real token ([SEP] for BERT); sentence-transformers takes
+        # the last position of a row without any.
+        length = ops.sum(ops.cast(padding_mask, "int32"), axis=1)
+        last = ops.where(length > 0, length - 1, ops.shape(padding_mask)[1] - 1)
+        return ops.take_along_axis(sequence_output * mask, last[:, None, None], axis=1)[:, 0, :]
+    if mode == "weightedmean":
+        # Position weights 1, 2, 3, ... (Muennighoff 2022, SGPT).
+        positions = ops.cast(ops.arange(1, ops.shape(padding_mask)[1] + 1), sequence_output.dtype)
+        mask = mask * positions[None, :, None]
+    total = ops.sum(sequence_output * mask, axis=1)
+    count = ops.maximum(ops.sum(mask, axis=1), 1e-9)
+    return total / (ops.sqrt(count) if mode == "mean_sqrt_len_tokens" else count)
 
 
 @keras.saving.register_keras_serializable(package="kbert")
 class BertTextEmbedder(Task):
-    """Sentence embeddings: the mean of the final hidden states over real
-    tokens (Reimers & Gurevych 2019), or the [CLS] vector, optionally L2
-    normalised (as sentence-transformers' all-MiniLM-L6-v2).
+    """Sentence embeddings, as sentence-transformers computes them: BERT's
+    final hidden states pooled (Reimers & Gurevych 2019), then any dense
+    layers, then optionally L2-normalised.
+
+    `from_preset` on a sentence-transformers folder (`modules.json`) reads
+    all of that from the folder (pooling, Dense modules and their weights,
+    Normalize, the length, lowercasing, prompts), so that `encode` equals
+    `SentenceTransformer(folder).encode`; a module it cannot reproduce is an
+    error. Arguments given to `from_preset` override the folder's.
+
+    `fit` trains on pairs or triplets of texts with in-batch negatives
+    (`kbert.training.MultipleNegativesRankingLoss`), or on scored pairs with
+    `CoSENTLoss`.
 
     Args:
         backbone: a `kbert.BertBackbone`.
         preprocessor: a `kbert.BertPreprocessor` for raw strings, or `None`.
-        pooling: `"mean"` (over tokens where `padding_mask` is 1) or `"cls"`.
+        pooling: one of `"mean"` (over tokens where `padding_mask` is 1),
+            `"cls"`, `"max"`, `"mean_sqrt_len_tokens"`, `"weightedmean"`,
+            `"lasttoken"`, or a list of them, concatenated in that order.
         normalize: whether to scale each embedding to unit L2 norm.
+        dense: dense layers after the pooling, a list of `{"units",
+            "activation", "use_bias"}` (sentence-transformers' `Dense`).
+        prompts: named texts put before a text (e5's `{"query": "query: "}`).
+        default_prompt_name: the prompt `encode` and the exported model put
+            before every text when not told otherwise.
 
     Example:
     >>> embedder = kbert.BertTextEmbedder.from_preset(minilm_folder)
-    >>> embedder.predict(["A man is eating food."]).shape
+    >>> embedder.encode(["A man is eating food."]).shape
     (1, 384)
+    >>> embedder.fit((questions, passages), epochs=1, batch_size=32)
     """
 
-    def __init__(self, backbone, preprocessor=None, pooling="mean", normalize=True, **kwargs):
-        if pooling not in ("mean", "cls"):
-            raise ValueError(f'pooling must be "mean" or "cls", got "{pooling}".')
+    def __init__(self, backbone, preprocessor=None, pooling="mean", normalize=True, dense=(), prompts=None,
+                 default_prompt_name=None, **kwargs):
+        modes = [pooling] if isinstance(pooling, str) else list(pooling)
+        if not modes or any(m not in POOLING_MODES for m in modes):
+            raise ValueError(f"pooling={pooling!r}: use one of {', '.join(POOLING_MODES)}, or a list of them.")
+        dense = [self._dense_config(d) for d in dense]
+        prompts = dict(prompts or {})
+        if default_prompt_name is not None and default_prompt_name not in prompts:
+            raise ValueError(f"default_prompt_name={default_prompt_name!r} is not among prompts {list(prompts)}.")
         inputs = backbone.input
         sequence_output = backbone(inputs)["sequence_output"]
-        if pooling == "mean":
-            mask = ops.cast(inputs["padding_mask"], sequence_output.dtype)[:, :, None]
-            embedding = ops.sum(sequence_output * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1e-9)
-        else:
-            embedding = sequence_output[:, 0, :]
-        embedding = ops.cast(embedding, "float32")
+        pooled = [_pool(m, sequence_output, inputs["padding_mask"]) for m in modes]
+        embedding = ops.cast(pooled[0] if len(pooled) == 1 else ops.concatenate(pooled, axis=-1), "float32")
+        for i, layer in enumerate(dense):
+            embedding = keras.layers.Dense(**layer, dtype="float32", name=f"dense_{i}")(embedding)
         if normalize:
             # (ops.norm breaks under JAX jit in a functional graph: its axis
             # comes back as an unhashable list.)
@@ -45,24 +101,256 @@ class BertTextEmbedder(Task):
             embedding = embedding / ops.maximum(norm, 1e-12)
         super().__init__(inputs=inputs, outputs=embedding, **kwargs)
         self._finish_init(backbone, preprocessor)
-        self.pooling = pooling
+        self.pooling = pooling if isinstance(pooling, str) else modes
         self.normalize = normalize
+        self.dense = dense
+        self.prompts = prompts
+        self.default_prompt_name = default_prompt_name
+
+    @staticmethod
+    def _dense_config(layer):
+        if not isinstance(layer, dict) or "units" not in layer or set(layer) - set(_DENSE_KEYS):
+            raise ValueError(f"A dense layer is a dict with units (and activation, use_bias); got {layer!r}.")
+        return {"units": int(layer["units"]), "activation": layer.get("activation") or "linear",
+                "use_bias": bool(layer.get("use_bias", True))}
+
+    def task_config(self):
+        return {"pooling": self.pooling, "normalize": self.normalize, "dense": self.dense,
+                "prompts": self.prompts, "default_prompt_name": self.default_prompt_name}
+
+    def default_loss(self):
+        return MultipleNegativesRankingLoss()
+
+    def compile(self, optimizer="auto", loss="auto", **kwargs):
+        """`Task.compile`; the default loss is in-batch negatives
+        (`MultipleNegativesRankingLoss`), or `CoSENTLoss` when `fit` is given
+        scores."""
+        self._default_loss = loss == "auto"
+        super().compile(optimizer=optimizer, loss=loss, **kwargs)
+
+    # === Prompts ===
+
+    def prompt(self, prompt_name=None, prompt=None):
+        """The text put before each text: `prompt` itself, the prompt named
+        `prompt_name`, or the default prompt (sentence-transformers' order)."""
+        if prompt is not None:
+            return prompt
+        name = self.default_prompt_name if prompt_name is None else prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            raise ValueError(f"No prompt named {name!r}; this embedder's prompts are "
+                             f"{', '.join(map(repr, self.prompts)) or 'none'} (or pass prompt=\"...\").")
+        return self.prompts[name]
+
+    # === Embedding and search ===
+
+    def encode(self, texts, prompt_name=None, prompt=None, batch_size=32):
+        """Embeddings of `texts` as `SentenceTransformer.encode` gives them:
+        the prompt (see `prompt`) put before each text. Returns float32 numpy
+        `[len(texts), dim]`."""
+        if isinstance(texts, str):
+            raise ValueError("encode takes a list of texts; pass [text].")
+        text = self.prompt(prompt_name, prompt)
+        texts = [text + t for t in texts] if text else list(texts)
+        return np.asarray(self.predict(texts, batch_size=batch_size, verbose=0), dtype="float32")
+
+    @staticmethod
+    def similarity(a, b):
+        """Cosine similarities of two sets of embeddings, `[len(a), len(b)]`."""
+        a, b = (np.asarray(v, "float32") for v in (a, b))
+        a = a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12)
+        b = b / np.maximum(np.linalg.norm(b, axis=-1, keepdims=True), 1e-12)
+        return a @ b.T
+
+    def search(self, queries, corpus_embeddings, top_k=10, prompt_name=None, prompt=None, batch_size=32):
+        """The `top_k` nearest of `corpus_embeddings` to each query text:
+        `(scores, ids)`, `[len(queries), top_k]` each (see `semantic_search`)."""
+        return semantic_search(self.encode(queries, prompt_name, prompt, batch_size), corpus_embeddings, top_k)
+
+    # === Export ===
+
+    def export(self, filepath, prompt_name=None, prompt=None, **kwargs):
+        """`Task.export`: raw text in, `embedding` out. The prompt (`prompt`,
+        `prompt_name`, else the default prompt, as `encode`) is put before
+        every text inside the exported graph."""
+        saved = self.prompts, self.default_prompt_name
+        if prompt is not None:
+            self.prompts, self.default_prompt_name = {**self.prompts, "exported": prompt}, "exported"
+        elif prompt_name is not None:
+            self.prompt(prompt_name)  # refuses an unknown name
+            self.default_prompt_name = prompt_name
+        try:
+            return super().export(filepath, **kwargs)
+        finally:
+            self.prompts, self.default_prompt_name = saved
 
     def _answering(self, pairs=False, top_k=5):
         preprocessor = self._batch_preprocessor()
-        return (lambda text: (preprocessor(text), None),
-                lambda embedding, _: {"embedding": tf.cast(embedding, tf.float32)},
+        text = self.prompt()
+
+        def preprocess(texts):
+            return preprocessor(tf.strings.join([text, texts]) if text else texts), None
+
+        return (preprocess, lambda embedding, _: {"embedding": tf.cast(embedding, tf.float32)},
                 [serving_text()], None)
 
-    def task_config(self):
-        return {"pooling": self.pooling, "normalize": self.normalize}
+    # === Training ===
 
-    def default_loss(self):
-        return keras.losses.CosineSimilarity()
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, no_duplicates=False, seed=None, **kwargs):
+        """Trains on a tuple of lists of texts: `(anchors, positives)` or
+        `(anchors, positives, negatives, ...)` with in-batch negatives (the
+        default loss, `MultipleNegativesRankingLoss`), or `(texts_a, texts_b)`
+        with scores `y` (`CoSENTLoss` by default). Prompts go into the texts
+        themselves. Other input goes to `Task.fit` as it is (ids, or texts
+        and target embeddings with a loss of your choice).
+
+        Args:
+            no_duplicates: batches in which no text appears twice
+                (`kbert.training.contrastive.batches_without_duplicates`).
+            seed: of the shuffles (one per epoch).
+        """
+        if not (self.preprocessor is not None and isinstance(x, tuple) and not isinstance(x, tf.data.Dataset)):
+            if self._is_raw(x) and (not self.compiled or getattr(self, "_default_loss", False)):
+                raise ValueError(
+                    "BertTextEmbedder.fit takes a tuple of lists of texts: (anchors, positives) or (anchors, "
+                    "positives, negatives), or (texts_a, texts_b) with scores. To fit texts to target embeddings, "
+                    "compile with a loss of your own first, e.g. compile(loss=keras.losses.CosineSimilarity())."
+                )
+            return super().fit(x, y, batch_size=batch_size, epochs=epochs, **kwargs)
+        columns = text_tensor(x, names=("anchors", "positives") + tuple(f"negatives_{i}" for i in range(1, 9)))
+        if len(columns) < 2:
+            raise ValueError(f"Got {len(columns)} list of texts; fit takes (anchors, positives[, negatives]).")
+        n = int(columns[0].shape[0])
+        if y is not None and len(y) != n:
+            raise ValueError(f"Got {n} pairs but {len(y)} scores; pass one score per pair.")
+        if not self.compiled:
+            self.compile()
+        loss = self.loss
+        if y is not None and getattr(self, "_default_loss", False):
+            loss = CoSENTLoss()
+        batch_size = batch_size or 32
+        texts = [[t.decode("utf-8", "replace") for t in c.numpy()] for c in columns] if no_duplicates else None
+        per_epoch = []
+        for epoch in range(epochs):
+            epoch_seed = None if seed is None else seed + epoch
+            if no_duplicates:
+                per_epoch.append(batches_without_duplicates(texts, batch_size, epoch_seed))
+            else:
+                order = np.random.default_rng(epoch_seed).permutation(n)
+                per_epoch.append([order[i:i + batch_size] for i in range(0, n, batch_size)])
+        steps = min(len(b) for b in per_epoch)
+        batches = [batch for epoch in per_epoch for batch in epoch[:steps]]
+        dataset = self._pair_dataset(columns, y, batches)
+        if self._compiled_by_default:
+            self._schedule_learning_rate(steps, epochs)
+        model = self._training_model(len(columns))
+        model.compile(optimizer=self.optimizer, loss=loss, jit_compile=self.jit_compile)
+        return model.fit(dataset, epochs=epochs, steps_per_epoch=steps, **kwargs)
+
+    def _pair_dataset(self, columns, y, batches):
+        """Batches `[(features of each column), y]`, each column padded to its
+        own length."""
+        y = np.zeros(len(columns[0]), "float32") if y is None else np.asarray(y, "float32")
+        rows = tf.RaggedTensor.from_row_lengths(np.concatenate(batches).astype("int64"),
+                                                [len(b) for b in batches])
+        preprocessor = self._batch_preprocessor()
+        y = tf.constant(y)
+
+        def gather(batch):
+            return tuple(preprocessor(tf.gather(c, batch)) for c in columns), tf.gather(y, batch)
+
+        return map_batches(tf.data.Dataset.from_tensor_slices(rows), gather)
+
+    def _training_model(self, num_columns):
+        """A model of this embedder's weights that embeds each column of a
+        batch: `[batch, columns, dim]`, what the contrastive losses take."""
+        inputs = tuple(
+            {name: keras.Input(shape=(None,), dtype="int32", name=f"{name}_{i}")
+             for name in ("token_ids", "segment_ids", "padding_mask")}
+            for i in range(num_columns)
+        )
+        outputs = ops.stack([self(features) for features in inputs], axis=1)
+        return keras.Model(inputs, outputs, name=f"{self.name}_columns")
+
+    # === Presets ===
+
+    @classmethod
+    def from_preset(cls, preset, sequence_length=None, **kwargs):
+        """`Task.from_preset`; on a sentence-transformers folder, with the
+        folder's pooling, Dense modules, Normalize, length, lowercasing and
+        prompts (see the class). Arguments given override the folder's; a
+        `dense=` of your own starts from its initialisation."""
+        folder = files.get_preset_dir(preset)
+        if files.is_kbert_layout(folder) or not st.is_sentence_transformers_folder(folder):
+            return super().from_preset(preset, sequence_length, **kwargs)
+        settings = st.read_folder(folder)
+        head = {k: settings[k] for k in ("pooling", "normalize", "prompts", "default_prompt_name")}
+        head["dense"] = [{k: d[k] for k in _DENSE_KEYS} for d in settings["dense"]]
+        if not settings["include_prompt"] and any(settings["prompts"].values()):
+            raise ValueError(
+                f"{folder}'s Pooling leaves the prompt's tokens out (include_prompt=false); kbert pools every "
+                "token, so its embeddings of prompted texts would differ. Use sentence-transformers for this model."
+            )
+        transformer = settings["transformer_folder"]
+        if "preprocessor" not in kwargs:
+            positions = files.load_json(transformer, files.HF_CONFIG).get("max_position_embeddings", 512)
+            kwargs["preprocessor"] = cls._sentence_transformers_preprocessor(settings, sequence_length, positions)
+        elif sequence_length is not None:
+            raise ValueError("Got both preprocessor= and sequence_length=: the sequence length is the preprocessor's.")
+        model = super().from_preset(transformer, **{**head, **kwargs})
+        if "dense" not in kwargs:
+            for i, layer in enumerate(settings["dense"]):
+                weights = model.get_layer(f"dense_{i}")
+                weights.kernel.assign(layer["kernel"])
+                if layer["use_bias"]:
+                    weights.bias.assign(layer["bias"])
+        return model
+
+    @staticmethod
+    def _sentence_transformers_preprocessor(settings, sequence_length, positions):
+        folder = settings["transformer_folder"]
+        tokenizer = st.tokenizer_settings(folder, settings["do_lower_case"])
+        length = sequence_length or st.max_seq_length(folder, settings, positions)
+        if length > positions:
+            raise ValueError(f"sequence_length={length} is longer than this model's {positions} positions.")
+        return BertPreprocessor(BertTokenizer(**tokenizer), sequence_length=length)
 
     @classmethod
     def preset_preprocessor(cls, folder, sequence_length, backbone):
         # sentence-transformers folders say how long a text they embed.
-        if sequence_length is None and os.path.exists(os.path.join(folder, "sentence_bert_config.json")):
-            sequence_length = files.load_json(folder, "sentence_bert_config.json").get("max_seq_length")
+        if sequence_length is None and os.path.exists(os.path.join(folder, st.SENTENCE_BERT_CONFIG)):
+            sequence_length = files.load_json(folder, st.SENTENCE_BERT_CONFIG).get("max_seq_length")
         return super().preset_preprocessor(folder, sequence_length, backbone)
+
+
+def semantic_search(query_embeddings, corpus_embeddings, top_k=10, corpus_chunk_size=50_000, query_chunk_size=100):
+    """The `top_k` corpus entries nearest (by cosine similarity) to each
+    query, computed chunk by chunk so that memory stays bounded by
+    `query_chunk_size * corpus_chunk_size` scores whatever the corpus size
+    (sentence-transformers' `util.semantic_search`).
+
+    Returns:
+        `(scores, ids)`: float32 and int64 numpy `[queries, min(top_k, corpus)]`,
+        best first.
+    """
+    queries = np.asarray(query_embeddings, "float32")
+    corpus = np.asarray(corpus_embeddings, "float32")
+    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
+        raise ValueError(f"semantic_search takes [queries, dim] and [corpus, dim] embeddings; got shapes "
+                         f"{queries.shape} and {corpus.shape}.")
+    k = min(int(top_k), len(corpus))
+    queries = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    norms = np.maximum(np.linalg.norm(corpus, axis=1, keepdims=True), 1e-12)
+    scores = np.full((len(queries), k), -np.inf, "float32")
+    ids = np.zeros((len(queries), k), "int64")
+    for q in range(0, len(queries), query_chunk_size):
+        best, best_ids = scores[q:q + query_chunk_size], ids[q:q + query_chunk_size]
+        for c in range(0, len(corpus), corpus_chunk_size):
+            chunk = queries[q:q + query_chunk_size] @ (corpus[c:c + corpus_chunk_size] / norms[c:c + corpus_chunk_size]).T
+            merged = np.concatenate([best, chunk], axis=1)
+            merged_ids = np.concatenate([best_ids, np.arange(c, c + chunk.shape[1])[None].repeat(len(chunk), 0)], 1)
+            top = np.argsort(-merged, axis=1, kind="stable")[:, :k]
+            best, best_ids = np.take_along_axis(merged, top, 1), np.take_along_axis(merged_ids, top, 1)
+        scores[q:q + query_chunk_size], ids[q:q + query_chunk_size] = best, best_ids
+    return scores, ids

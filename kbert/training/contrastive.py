@@ -1,0 +1,158 @@
+"""Losses that train sentence embedders, as sentence-transformers computes them.
+
+Each takes `y_pred` of shape `[batch, columns, dim]`: the embeddings of every
+column of a batch of examples (anchor, positive, then any hard negatives), as
+`BertTextEmbedder.fit` stacks them. They are Keras losses, so they run on the
+three backends and are saved in a model's compile config.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+
+def _unit(x):
+    # (ops.norm breaks under JAX jit in a functional graph.)
+    return x / ops.maximum(ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True)), 1e-12)
+
+
+def _check_columns(y_pred, least, name):
+    if len(y_pred.shape) != 3 or (y_pred.shape[1] is not None and y_pred.shape[1] < least):
+        raise ValueError(
+            f"{name} takes embeddings of shape [batch, columns, dim] with at least {least} columns; got shape "
+            f"{tuple(y_pred.shape)}. Fit the embedder on a tuple of texts: (anchors, positives) or "
+            "(anchors, positives, negatives)."
+        )
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class MultipleNegativesRankingLoss(keras.losses.Loss):
+    """In-batch negatives (Henderson et al. 2017; sentence-transformers'
+    `MultipleNegativesRankingLoss`): each anchor's positive is the right answer
+    among all positives of the batch (and all hard negatives, when the batch
+    has a third column or more), scored by cosine similarity times `scale`,
+    with cross-entropy.
+
+    Args:
+        scale: the inverse temperature of the softmax (20, as
+            sentence-transformers).
+        symmetric: also rank, for each positive, its anchor among all
+            anchors, and average the two directions (sentence-transformers'
+            `MultipleNegativesSymmetricRankingLoss`: `directions=("query_to_doc",
+            "doc_to_query")`, `partition_mode="per_direction"`).
+
+    Example:
+    >>> embedder.compile(loss=kbert.training.MultipleNegativesRankingLoss(symmetric=True))
+    >>> embedder.fit((questions, passages), epochs=1)
+    """
+
+    def __init__(self, scale=20.0, symmetric=False, name="multiple_negatives_ranking_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.scale = float(scale)
+        self.symmetric = bool(symmetric)
+
+    def call(self, y_true, y_pred):
+        _check_columns(y_pred, 2, type(self).__name__)
+        y_pred = _unit(ops.cast(y_pred, "float32"))
+        anchors = y_pred[:, 0]
+        batch = ops.shape(y_pred)[0]
+        # Positives first, then each column of hard negatives: the positive of
+        # anchor i is candidate i.
+        candidates = ops.reshape(ops.transpose(y_pred[:, 1:], (1, 0, 2)), (-1, ops.shape(y_pred)[-1]))
+        scores = self.scale * ops.matmul(anchors, ops.transpose(candidates))
+        positive = self.scale * ops.sum(anchors * y_pred[:, 1], axis=-1)
+        loss = ops.logsumexp(scores, axis=1) - positive
+        if self.symmetric:
+            # Each positive against every anchor of the batch.
+            backward = ops.logsumexp(ops.transpose(scores[:, :batch]), axis=1) - positive
+            loss = (loss + backward) / 2
+        return loss
+
+    def get_config(self):
+        return {**super().get_config(), "scale": self.scale, "symmetric": self.symmetric}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class CoSENTLoss(keras.losses.Loss):
+    """CoSENT (Su 2022; sentence-transformers' `CoSENTLoss`) for scored pairs:
+    `log(1 + sum exp(scale * (cos_i - cos_j)))` over the pairs of the batch
+    where pair i is scored lower than pair j. Only the order of the scores
+    matters; the loss is one value per batch.
+
+    Args:
+        scale: 20, as sentence-transformers.
+
+    Example:
+    >>> embedder.compile(loss=kbert.training.CoSENTLoss())
+    >>> embedder.fit((sentences_a, sentences_b), scores)
+    """
+
+    def __init__(self, scale=20.0, name="cosent_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.scale = float(scale)
+
+    def call(self, y_true, y_pred):
+        _check_columns(y_pred, 2, type(self).__name__)
+        y_pred = _unit(ops.cast(y_pred, "float32"))
+        scores = self.scale * ops.sum(y_pred[:, 0] * y_pred[:, 1], axis=-1)
+        labels = ops.reshape(ops.cast(y_true, "float32"), (-1,))
+        # scores[i] - scores[j] wherever labels[i] < labels[j]; -inf elsewhere.
+        differences = scores[:, None] - scores[None, :]
+        differences = ops.where(labels[:, None] < labels[None, :], differences, -np.inf)
+        differences = ops.concatenate([ops.zeros((1,)), ops.reshape(differences, (-1,))], axis=0)
+        return ops.logsumexp(differences)
+
+    def get_config(self):
+        return {**super().get_config(), "scale": self.scale}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class CosineSimilarityLoss(keras.losses.Loss):
+    """Cosine-similarity regression for scored pairs (sentence-transformers'
+    `CosineSimilarityLoss`): the squared difference between each pair's
+    cosine similarity and its score (e.g. an STS score scaled to [0, 1]).
+
+    Example:
+    >>> embedder.compile(loss=kbert.training.CosineSimilarityLoss())
+    >>> embedder.fit((sentences_a, sentences_b), scores / 5)
+    """
+
+    def __init__(self, name="cosine_similarity_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def call(self, y_true, y_pred):
+        _check_columns(y_pred, 2, type(self).__name__)
+        y_pred = _unit(ops.cast(y_pred, "float32"))
+        cosine = ops.sum(y_pred[:, 0] * y_pred[:, 1], axis=-1)
+        return ops.square(cosine - ops.reshape(ops.cast(y_true, "float32"), (-1,)))
+
+
+def batches_without_duplicates(columns, batch_size, seed=None):
+    """Shuffled batches (lists of example indices) in which no text appears
+    twice (sentence-transformers' `NoDuplicatesBatchSampler`): with in-batch
+    negatives, a repeated positive would be a false negative. An example that
+    would repeat a text waits for a later batch; a batch that cannot be
+    filled after looking `10 * batch_size` examples ahead is left short, so
+    the cost stays linear even for data full of repeats.
+
+    Args:
+        columns: lists of texts, one entry per example in each.
+        batch_size: the most examples in a batch.
+        seed: of the shuffle.
+    """
+    n = len(columns[0])
+    pending = list(np.random.default_rng(seed).permutation(n))[::-1]  # a stack: pop() is the next example
+    batches = []
+    while pending:
+        batch, seen, skipped = [], set(), []
+        while pending and len(batch) < batch_size and len(skipped) < 10 * batch_size:
+            i = pending.pop()
+            texts = {column[i] for column in columns}
+            if texts & seen:
+                skipped.append(i)
+            else:
+                batch.append(i)
+                seen |= texts
+        pending.extend(reversed(skipped))
+        batches.append(batch)
+    return batches
