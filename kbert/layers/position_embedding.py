@@ -20,6 +20,9 @@ class PositionEmbedding(keras.layers.Layer):
 
     The input is any tensor `[batch, length, ...]`; the output is
     `[length, hidden_dim]` positions to add to it, broadcast over the batch.
+    Given `sequence_ids` `[batch, length]` (rows packed with several
+    sequences, each a run of one id), positions restart at 0 where each
+    sequence starts, and the output is `[batch, length, hidden_dim]`.
 
     Example:
     >>> tokens = keras.random.normal((2, 10, 16))
@@ -49,13 +52,17 @@ class PositionEmbedding(keras.layers.Layer):
             )
         self.built = True
 
-    def call(self, inputs):
+    def call(self, inputs, sequence_ids=None):
         length = ops.shape(inputs)[1]
         table = ops.convert_to_tensor(self.position_embeddings)
+        if sequence_ids is not None:
+            return ops.cast(ops.take(table, restarting_positions(sequence_ids), axis=0), self.compute_dtype)
         return ops.cast(ops.slice(table, (0, 0), (length, ops.shape(table)[1])), self.compute_dtype)
 
-    def compute_output_shape(self, input_shape):
-        return (input_shape[1], input_shape[-1])
+    def compute_output_shape(self, inputs_shape, sequence_ids_shape=None):
+        if sequence_ids_shape is not None:
+            return (inputs_shape[0], inputs_shape[1], inputs_shape[-1])
+        return (inputs_shape[1], inputs_shape[-1])
 
     def get_config(self):
         config = super().get_config()
@@ -65,6 +72,27 @@ class PositionEmbedding(keras.layers.Layer):
             "initializer": keras.initializers.serialize(self.initializer),
         })
         return config
+
+
+def restarting_positions(sequence_ids):
+    """Each token's position within its own sequence, `[batch, length]`
+    int32, for rows packed with several sequences (Krell et al. 2021, §4:
+    position ids restart at each sequence), each a run of one id.
+
+    Without a cumulative max in `keras.ops`, each token's sequence start is
+    looked up: argsort puts the starts first, in order, and a token's run
+    number (a cumulative sum of starts) indexes them. O(length log length)
+    per row; nothing `[length, length]`.
+    """
+    ids = ops.cast(sequence_ids, "int32")
+    length = ops.shape(ids)[1]
+    index = ops.arange(length, dtype="int32")[None, :]
+    previous = ops.concatenate([ids[:, :1] - 1, ids[:, :-1]], axis=1)
+    is_start = ops.not_equal(ids, previous)
+    starts_first = ops.argsort(ops.where(is_start, index, index + length), axis=1)
+    run = ops.cumsum(ops.cast(is_start, "int32"), axis=1) - 1
+    start = ops.take_along_axis(ops.cast(starts_first, "int32"), run, axis=1)
+    return index - start
 
 
 def _sinusoidal_table(length, dim):

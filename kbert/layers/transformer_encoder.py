@@ -29,6 +29,14 @@ class TransformerEncoder(keras.layers.Layer):
         inputs: `[batch, length, hidden_dim]`.
         padding_mask: `[batch, length]`, 1 on real tokens, 0 on padding;
             padding is never attended to.
+        sequence_ids: `[batch, length]` ints for rows packed with several
+            sequences (Krell et al. 2021): each token attends only to tokens
+            of its own id (block-diagonal attention), so a packed row gives
+            each sequence what it gets alone. Ids are 1, 2, ... on the
+            sequences and 0 on padding (which then attends only to padding,
+            never to a sequence); `padding_mask` is then not needed. The
+            `[batch, 1, length, length]` boolean mask is built here, in-graph,
+            from the ids.
         return_attention_scores: also return the attention probabilities
             `[batch, num_heads, length, length]`.
         first_token_only: compute the block's output at the first position
@@ -105,12 +113,15 @@ class TransformerEncoder(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
 
-    def _attention(self, x, queries, padding_mask, training, return_attention_scores):
+    def _attention(self, x, queries, padding_mask, training, return_attention_scores, sequence_ids=None):
         q = self._split_heads(self._dense(self.query, queries))
         k = self._split_heads(self._dense(self.key, x))
         v = self._split_heads(self._dense(self.value, x))
         mask = None
-        if padding_mask is not None:
+        if sequence_ids is not None:
+            keys = ops.cast(sequence_ids, "int32")
+            mask = ops.equal(keys[:, : ops.shape(queries)[1], None], keys[:, None, :])[:, None]
+        elif padding_mask is not None:
             mask = ops.cast(padding_mask, "bool")[:, None, None, :]
         dropout_active = training and self.dropout > 0
         if not (return_attention_scores or dropout_active):
@@ -169,10 +180,13 @@ class TransformerEncoder(keras.layers.Layer):
         return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype)
 
     def call(
-        self, inputs, padding_mask=None, training=None, return_attention_scores=False, first_token_only=False
+        self, inputs, padding_mask=None, training=None, return_attention_scores=False, first_token_only=False,
+        sequence_ids=None,
     ):
         queries = inputs[:, :1] if first_token_only else inputs
-        attended, scores = self._attention(inputs, queries, padding_mask, training, return_attention_scores)
+        attended, scores = self._attention(
+            inputs, queries, padding_mask, training, return_attention_scores, sequence_ids
+        )
         x = self.attention_layer_norm(self._residual(queries, attended, training))
         h = self._dense(self.intermediate, x, activation=self.activation)
         h = self._dense(self.output_dense, h)

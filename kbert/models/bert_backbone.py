@@ -30,6 +30,12 @@ class BertBackbone(keras.Model):
         num_segments: number of segment (token type) ids.
         activation: `"gelu"` (exact erf GELU, BERT's) or `"gelu_approximate"`.
         layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
+        packing: whether rows hold several sequences packed together
+            (Krell et al. 2021), with a `sequence_ids` input: attention stays
+            within each sequence and positions restart at each one's start,
+            so each sequence gets the outputs it gets alone, with no padding
+            between them. Not part of the architecture: a preset's weights
+            load either way (`from_preset(..., packing=True)`).
         dtype: dtype or dtype policy of the layers, e.g. `"mixed_bfloat16"`;
             `"auto"`: `"mixed_bfloat16"` where the machine multiplies in
             bfloat16 fast (Ampere+ GPUs, TPUs, AMX or AVX512-BF16 CPUs except
@@ -38,7 +44,9 @@ class BertBackbone(keras.Model):
 
     Inputs: a dict of int tensors `[batch, length]` (any length up to
     `max_sequence_length`): `token_ids`, `segment_ids`, `padding_mask`
-    (1 on real tokens, 0 on padding).
+    (1 on real tokens, 0 on padding); with `packing=True` also
+    `sequence_ids` (1, 2, ... on each packed sequence's tokens in turn, 0 on
+    padding; see `kbert.text.pack_sequences`).
 
     Outputs: a dict with `sequence_output` `[batch, length, hidden_dim]` and
     `pooled_output` `[batch, hidden_dim]`. `with_hidden_states()` gives a
@@ -68,6 +76,7 @@ class BertBackbone(keras.Model):
         num_segments=2,
         activation="gelu",
         layer_norm_epsilon=1e-12,
+        packing=False,
         dtype=None,
         **kwargs,
     ):
@@ -115,17 +124,24 @@ class BertBackbone(keras.Model):
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
         padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+        inputs = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
+        packed = {}
+        if packing:
+            # Krell et al. 2021: block-diagonal attention and positions
+            # restarting per sequence, both built in-graph from these ids.
+            inputs["sequence_ids"] = packed["sequence_ids"] = keras.Input(
+                shape=(None,), dtype="int32", name="sequence_ids"
+            )
 
         tokens = token_embedding(token_ids)
-        x = tokens + segment_embedding(segment_ids) + position_embedding(tokens)
+        x = tokens + segment_embedding(segment_ids) + position_embedding(tokens, **packed)
         x = embeddings_dropout(embeddings_layer_norm(x))
         hidden_states = [x]
         for layer in transformer_layers:
-            x = layer(x, padding_mask=padding_mask)
+            x = layer(x, padding_mask=padding_mask, **packed)
             hidden_states.append(x)
         pooled_output = pooled_dense(x[:, 0, :])
 
-        inputs = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
         super().__init__(
             inputs=inputs,
             outputs={"sequence_output": x, "pooled_output": pooled_output},
@@ -144,6 +160,7 @@ class BertBackbone(keras.Model):
         self.num_segments = num_segments
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.packing = bool(packing)
 
         # === Layers, by what they are (the checkpoint import maps onto these) ===
         self.token_embedding = token_embedding
@@ -187,8 +204,9 @@ class BertBackbone(keras.Model):
         if not self.num_layers:
             pooled = self.output["pooled_output"]
         else:
+            packed = {"sequence_ids": self.input["sequence_ids"]} if self.packing else {}
             first = self.transformer_layers[-1](
-                self._hidden_states[-2], padding_mask=self.input["padding_mask"], first_token_only=True
+                self._hidden_states[-2], padding_mask=self.input["padding_mask"], first_token_only=True, **packed
             )
             pooled = self.pooled_dense(first[:, 0, :])
         return _PooledBackbone(inputs=self.input, outputs=pooled, name=self.name)
@@ -202,8 +220,9 @@ class BertBackbone(keras.Model):
             )
         layer_index %= self.num_layers
         hidden = self.with_hidden_states()(inputs)["hidden_states"][layer_index]
+        packed = {"sequence_ids": inputs["sequence_ids"]} if self.packing else {}
         _, scores = self.transformer_layers[layer_index](
-            hidden, padding_mask=inputs["padding_mask"], return_attention_scores=True
+            hidden, padding_mask=inputs["padding_mask"], return_attention_scores=True, **packed
         )
         return scores
 
@@ -221,6 +240,7 @@ class BertBackbone(keras.Model):
             "num_segments": self.num_segments,
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "packing": self.packing,
             # The layers hold the policy (the functional model's own is float32).
             "dtype": keras.dtype_policies.serialize(self.token_embedding.dtype_policy),
         }

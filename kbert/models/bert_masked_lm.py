@@ -69,7 +69,15 @@ class BertMaskedLM(Task):
         """BERT §3.1: new masks at every call, so each epoch sees new ones."""
         masked = self.masker(features)
         inputs = {k: masked[k] for k in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
-        return inputs, masked["mask_ids"], masked["mask_weights"]
+        return self._as_packed(inputs), masked["mask_ids"], masked["mask_weights"]
+
+    def _as_packed(self, features):
+        """Features of one sequence per row, for a model on a packing
+        backbone (whose rows come packed from `kbert.text` shards in
+        training): sequence id 1 on real tokens, 0 on padding."""
+        if not self.backbone.packing:
+            return features
+        return {**features, "sequence_ids": tf.cast(features["padding_mask"], tf.int32)}
 
     def _preprocess(self, x, *rest):
         inputs, mask_ids, mask_weights = self._mask(self.preprocessor(x))
@@ -108,13 +116,19 @@ class BertMaskedLM(Task):
         vocabulary = tf.constant(preprocessor.tokenizer.vocabulary)
 
         def preprocess(*texts):
-            return written_masks(preprocessor(texts if len(texts) > 1 else texts[0]), preprocessor.tokenizer.mask_id)
+            features, is_slot = written_masks(
+                preprocessor(texts if len(texts) > 1 else texts[0]), preprocessor.tokenizer.mask_id
+            )
+            return self._as_packed(features), is_slot
 
         def postprocess(outputs, is_slot):
             answers = top_k_guesses(outputs["mlm_logits"], is_slot, vocabulary, top_k)
             if pairs:
+                nsp_logits = outputs["nsp_logits"]
+                if self.backbone.packing:
+                    nsp_logits = nsp_logits[:, 0]  # the row's one sequence
                 # Label 0: text_pair follows text.
-                answers["next_sentence_probability"] = tf.nn.softmax(tf.cast(outputs["nsp_logits"], tf.float32))[:, 0]
+                answers["next_sentence_probability"] = tf.nn.softmax(tf.cast(nsp_logits, tf.float32))[:, 0]
             return answers
 
         signature = [serving_text(), serving_text("text_pair")][:2 if pairs else 1]
@@ -156,6 +170,15 @@ class BertPretrainer(BertMaskedLM):
 
     Args: as `BertMaskedLM`.
 
+    On a backbone with `packing=True`, rows hold several sequences (Krell et
+    al. 2021), each with its own [CLS] and next-sentence label: the model
+    also takes `cls_positions` `[batch, max_sequences_per_row]` (each
+    sequence's [CLS]; 0 in unused slots) and gives `nsp_logits`
+    `[batch, max_sequences_per_row, 2]`, from the pooler applied at each
+    [CLS]. Labels and weights (0 in unused slots) are then per slot, and the
+    next-sentence loss is the mean over real sequences.
+    `kbert.text.pretraining_dataset` reads such batches from shards.
+
     With a preprocessor, `fit` takes a batched dataset of next-sentence pairs
     as made by `kbert.text.next_sentence_dataset`: dicts of `segment_a`,
     `segment_b` (strings, or WordPiece ids batched with `ragged_batch`) and
@@ -182,23 +205,42 @@ class BertPretrainer(BertMaskedLM):
             features = self.preprocessor.packer(segments)
         inputs, mask_ids, mask_weights = self._mask(features)
         labels = pairs["next_sentence_label"]
+        if self.backbone.packing:
+            labels = labels[:, None]
         return (
             inputs,
             {"mlm_logits": mask_ids, "nsp_logits": labels},
             {"mlm_logits": mask_weights, "nsp_logits": tf.ones_like(labels, dtype=tf.float32)},
         )
 
+    def _as_packed(self, features):
+        features = super()._as_packed(features)
+        if self.backbone.packing:
+            features["cls_positions"] = tf.zeros_like(features["token_ids"][:, :1])
+        return features
+
     def _heads(self, backbone, inputs, backbone_outputs):
         outputs = super()._heads(backbone, inputs, backbone_outputs)
+        pooled_output = backbone_outputs["pooled_output"]
+        if backbone.packing:
+            # Each packed sequence's own [CLS] through the pooler (BERT §3).
+            cls_positions = keras.Input(shape=(None,), dtype="int32", name="cls_positions")
+            inputs["cls_positions"] = cls_positions
+            first_tokens = keras.ops.take_along_axis(
+                backbone_outputs["sequence_output"], cls_positions[:, :, None], axis=1
+            )
+            pooled_output = backbone.pooled_dense(first_tokens)
         outputs["nsp_logits"] = keras.layers.Dense(
             2, kernel_initializer=bert_initializer(), dtype="float32", name="nsp_head"
-        )(backbone_outputs["pooled_output"])
+        )(pooled_output)
         return outputs
 
     def default_loss(self):
+        # Packed rows: the mean over real sequences, not over sequence slots.
+        reduction = "mean_with_sample_weight" if self.backbone.packing else "sum_over_batch_size"
         return {
             **super().default_loss(),
-            "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
         }
 
     def default_weighted_metrics(self):
