@@ -21,7 +21,10 @@ the CPU):
   padding to the longest of the batch), float32;
 - `keras_hub`: `BertTextClassifier.from_preset(<the same folder>)` and `fit`
   on raw strings, its default pipeline (every batch padded to the preset's
-  sequence length, 256 here), float32, the same optimizer and schedule.
+  sequence length, 256 here), float32, the same optimizer and schedule;
+- `transformers-bf16` and `keras_hub-bf16`: the peers at kbert's precision,
+  with the switch their users turn on (`torch.autocast("cpu",
+  dtype=torch.bfloat16)`; `dtype="mixed_bfloat16"`).
 
 Prints accuracy, training and test-time inference seconds, and kbert / peer
 ratios (time: how many times faster kbert is).
@@ -76,14 +79,14 @@ def run_kbert_float32(train, test, args):
     return run_kbert(train, test, args, dtype="float32")
 
 
-def run_keras_hub(train, test, args):
+def run_keras_hub(train, test, args, dtype="float32"):
     import keras
     import keras_hub
 
     import kbert
 
     keras.utils.set_random_seed(args.seed)
-    model = keras_hub.models.BertTextClassifier.from_preset(minilm_folder(), num_classes=2)
+    model = keras_hub.models.BertTextClassifier.from_preset(minilm_folder(), num_classes=2, dtype=dtype)
     steps = -(-len(train[0]) // args.batch_size) * args.epochs
     # The same optimizer and schedule as the others (kbert's definitions of BERT's).
     schedule = kbert.training.WarmupLinearDecay(LEARNING_RATE, steps, int(WARMUP * steps))
@@ -91,11 +94,17 @@ def run_keras_hub(train, test, args):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     result = _timed(lambda: model.fit(*train, batch_size=args.batch_size, epochs=args.epochs, verbose=2),
                     lambda: model.predict(test[0], batch_size=128, verbose=0), test[1])
-    return {**result, "name": f"KerasHub ({keras.backend.backend()}, float32, length "
+    return {**result, "name": f"KerasHub ({keras.backend.backend()}, {dtype}, length "
                               f"{model.preprocessor.sequence_length})"}
 
 
-def run_transformers(train, test, args):
+def run_keras_hub_bfloat16(train, test, args):
+    return run_keras_hub(train, test, args, dtype="mixed_bfloat16")
+
+
+def run_transformers(train, test, args, bfloat16=False):
+    import contextlib
+
     import torch
     import transformers
 
@@ -119,13 +128,17 @@ def run_transformers(train, test, args):
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(WARMUP * total), total)
     labels = torch.tensor(train[1])
 
+    def precision():
+        return torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext()
+
     def fit():
         for _ in range(args.epochs):
             model.train()
             order = torch.randperm(len(train[0])).tolist()
             for i in range(0, len(order), args.batch_size):
                 batch = order[i : i + args.batch_size]
-                loss = model(**encode([train[0][j] for j in batch]), labels=labels[batch]).loss
+                with precision():
+                    loss = model(**encode([train[0][j] for j in batch]), labels=labels[batch]).loss
                 loss.backward()
                 optimizer.step()
                 schedule.step()
@@ -134,14 +147,21 @@ def run_transformers(train, test, args):
     @torch.no_grad()
     def predict():
         model.eval()
-        return np.concatenate([model(**encode(test[0][i : i + 128])).logits.numpy()
-                               for i in range(0, len(test[0]), 128)])
+        with precision():
+            return np.concatenate([model(**encode(test[0][i : i + 128])).logits.float().numpy()
+                                   for i in range(0, len(test[0]), 128)])
 
-    return {**_timed(fit, predict, test[1]), "name": "transformers (torch, float32)"}
+    precision_name = "autocast bfloat16" if bfloat16 else "float32"
+    return {**_timed(fit, predict, test[1]), "name": f"transformers (torch, {precision_name})"}
+
+
+def run_transformers_bfloat16(train, test, args):
+    return run_transformers(train, test, args, bfloat16=True)
 
 
 RUNS = {"kbert": run_kbert, "kbert-float32": run_kbert_float32, "transformers": run_transformers,
-        "keras_hub": run_keras_hub}
+        "transformers-bf16": run_transformers_bfloat16, "keras_hub": run_keras_hub,
+        "keras_hub-bf16": run_keras_hub_bfloat16}
 
 
 def main():
@@ -177,10 +197,19 @@ def main():
         print(f"{r['name']}: accuracy {r['accuracy']:.2%}, trained in {r['train_s']:.0f} s", flush=True)
 
     kbert = results.get("kbert")
-    print(f"\n{'run':<44}{'accuracy':>9}{'train s':>9}{'test s':>8}{'kbert faster (train, test)':>30}")
+    print(f"\n{'run':<52}{'accuracy':>9}{'train s':>9}{'test s':>8}{'kbert faster (train, test)':>30}")
     for r in results.values():
         ratio = f"{r['train_s'] / kbert['train_s']:.2f}x, {r['test_s'] / kbert['test_s']:.2f}x" if kbert else "-"
-        print(f"{r['name']:<44}{r['accuracy']:>9.2%}{r['train_s']:>9.0f}{r['test_s']:>8.1f}{ratio:>30}")
+        print(f"{r['name']:<52}{r['accuracy']:>9.2%}{r['train_s']:>9.0f}{r['test_s']:>8.1f}{ratio:>30}")
+    if not kbert:
+        return
+    # The headline: the fastest peer at kbert's precision; beside it, default against default.
+    for label, runs in (("equal precision (bfloat16)", ("transformers-bf16", "keras_hub-bf16")),
+                        ("default against default", ("transformers", "keras_hub"))):
+        peers = [results[run] for run in runs if run in results]
+        if peers:
+            fastest = min(peers, key=lambda r: r["train_s"])
+            print(f"{label}: kbert trains {fastest['train_s'] / kbert['train_s']:.2f}x as fast as {fastest['name']}")
 
 
 if __name__ == "__main__":

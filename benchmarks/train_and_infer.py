@@ -13,9 +13,15 @@ MiniLM-L6 is the real all-MiniLM-L6-v2 checkpoint; "base" is BERT-Base with
 random weights (same cost as the real one, no download). kbert runs with
 `dtype="auto"` (bfloat16 matrix multiplications where the CPU has AMX or
 AVX512-BF16) on the chosen backend and on PyTorch ("kbert-torch"), and, as
-"kbert-float32", in float32; the peers run at their
-defaults (float32). The batch is fixed at 32 x 128 tokens, so length bucketing
-plays no part here (see mr_finetune.py for real text).
+"kbert-float32", in float32. Each peer runs at its default (float32) and at
+kbert's precision, with the switch its users turn on:
+- transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`, eager and
+  with `torch.compile`, with the fused AdamW (`fused=True`);
+- KerasHub with `dtype="mixed_bfloat16"`, and with XLA (`jit_compile=True`).
+The headline ratio is at equal precision: the fastest bfloat16 kbert over
+the fastest bfloat16 peer; beside it the default-against-default ratio. The
+batch is fixed at 32 x 128 tokens, so length bucketing plays no part here
+(see mr_finetune.py for real text).
 """
 
 import argparse
@@ -70,7 +76,9 @@ def run_kbert_float32(args):
     return run_kbert(args, dtype="float32")
 
 
-def run_transformers(args):
+def run_transformers(args, bfloat16=False, compiled=False):
+    import contextlib
+
     import torch
     import transformers
 
@@ -80,11 +88,18 @@ def run_transformers(args):
     else:
         model = transformers.BertForSequenceClassification(transformers.BertConfig(**BASE, num_labels=2))
     token_ids, segment_ids, padding_mask, labels = (torch.tensor(a).long() for a in batch(args.batch_size, args.length))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+    # fused=True: one kernel for every weight's update (PyTorch's fastest AdamW on CPU).
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01, fused=compiled or None)
+    forward = torch.compile(model) if compiled else model
+
+    def precision():
+        return torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext()
 
     def train():
         model.train()
-        loss = model(input_ids=token_ids, token_type_ids=segment_ids, attention_mask=padding_mask, labels=labels).loss
+        with precision():
+            loss = forward(input_ids=token_ids, token_type_ids=segment_ids, attention_mask=padding_mask,
+                           labels=labels).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -92,12 +107,23 @@ def run_transformers(args):
     @torch.no_grad()
     def infer():
         model.eval()
-        model(input_ids=token_ids, token_type_ids=segment_ids, attention_mask=padding_mask)
+        with precision():
+            forward(input_ids=token_ids, token_type_ids=segment_ids, attention_mask=padding_mask)
 
-    return "transformers (torch)", train if args.work == "train" else infer
+    name = "transformers (torch" + (", autocast bfloat16" if bfloat16 else ", float32") + (
+        ", torch.compile, fused AdamW)" if compiled else ")")
+    return name, train if args.work == "train" else infer
 
 
-def run_keras_hub(args):
+def run_transformers_bfloat16(args):
+    return run_transformers(args, bfloat16=True)
+
+
+def run_transformers_bfloat16_compiled(args):
+    return run_transformers(args, bfloat16=True, compiled=True)
+
+
+def run_keras_hub(args, dtype="float32", jit_compile="auto"):
     import keras
     import keras_hub
 
@@ -105,17 +131,31 @@ def run_keras_hub(args):
     # with random weights cost the same.
     layers, hidden, heads = (6, 384, 12) if args.model == "minilm" else (12, 768, 12)
     backbone = keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=layers, num_heads=heads,
-                                             hidden_dim=hidden, intermediate_dim=4 * hidden, max_sequence_length=512)
-    model = keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None)
-    model.compile(optimizer=keras.optimizers.AdamW(5e-5), loss="sparse_categorical_crossentropy")
+                                             hidden_dim=hidden, intermediate_dim=4 * hidden, max_sequence_length=512,
+                                             dtype=dtype)
+    model = keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None, dtype=dtype)
+    model.compile(optimizer=keras.optimizers.AdamW(5e-5), loss="sparse_categorical_crossentropy",
+                  jit_compile=jit_compile)
     token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
     x = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
     step = (lambda: model.train_on_batch(x, labels)) if args.work == "train" else (lambda: model.predict_on_batch(x))
-    return f"KerasHub ({keras.backend.backend()})", step
+    xla = ", XLA" if jit_compile is True else ""
+    return f"KerasHub ({keras.backend.backend()}, {dtype}{xla})", step
+
+
+def run_keras_hub_bfloat16(args):
+    return run_keras_hub(args, dtype="mixed_bfloat16")
+
+
+def run_keras_hub_bfloat16_xla(args):
+    return run_keras_hub(args, dtype="mixed_bfloat16", jit_compile=True)
 
 
 RUNNERS = {"kbert": run_kbert, "kbert-float32": run_kbert_float32, "kbert-torch": run_kbert,
-           "transformers": run_transformers, "keras_hub": run_keras_hub}
+           "transformers": run_transformers, "transformers-bf16": run_transformers_bfloat16,
+           "transformers-bf16-compile": run_transformers_bfloat16_compiled,
+           "keras_hub": run_keras_hub, "keras_hub-bf16": run_keras_hub_bfloat16,
+           "keras_hub-bf16-xla": run_keras_hub_bfloat16_xla}
 
 
 def resident_gib():
@@ -134,7 +174,7 @@ def measure(args):
         step()
     seconds = time.perf_counter() - start
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"name": name, "sequences_per_s": args.steps * args.batch_size / seconds, "peak_gib": peak_gib,
+    print(json.dumps({"name": name, "library": args.library, "sequences_per_s": args.steps * args.batch_size / seconds, "peak_gib": peak_gib,
                       "step_gib": peak_gib - before_steps}))
 
 
@@ -146,20 +186,23 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--work", choices=["train", "infer", "both"], default="both")
+    parser.add_argument("--libraries", help="comma-separated, of: " + ", ".join(RUNNERS))
     parser.add_argument("--library", choices=list(RUNNERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.library:
         return measure(args)
 
-    libraries = ["kbert", "kbert-float32", "transformers"]
+    libraries = ["kbert", "kbert-float32", "transformers", "transformers-bf16", "transformers-bf16-compile"]
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "torch":
         libraries.insert(1, "kbert-torch")
     try:
         import keras_hub  # noqa: F401
 
-        libraries.append("keras_hub")
+        libraries += ["keras_hub", "keras_hub-bf16", "keras_hub-bf16-xla"]
     except ImportError:
-        print("KerasHub is not installed (pip install keras-hub): its column is skipped.")
+        print("KerasHub is not installed (pip install keras-hub): its rows are skipped.")
+    if args.libraries:
+        libraries = args.libraries.split(",")
     works = ["train", "infer"] if args.work == "both" else [args.work]
     print(f"{args.model}, batch {args.batch_size} x {args.length}, {args.steps} steps, median of {args.passes} passes")
     for work in works:
@@ -174,21 +217,38 @@ def main():
                 lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
                 if out.returncode or not lines:
                     print(f"  {library} {work}: failed or skipped: {(out.stdout + out.stderr).strip()[-300:]}")
-                    break
+                    continue
                 result = json.loads(lines[-1])
                 results.setdefault(result["name"], []).append(result)
         if not results:
             continue
         speeds = {name: statistics.median(r["sequences_per_s"] for r in runs) for name, runs in results.items()}
-        kbert_names = [n for n in speeds if n.startswith("kbert") and "float32" not in n]
-        kbert_speed = max(speeds[n] for n in kbert_names) if kbert_names else None
+        library_of = {name: runs[0]["library"] for name, runs in results.items()}
         print(f"\n{work}: sequences/s (median); peak GiB of the process and the steps' increase over the "
-              f"loaded libraries; fastest kbert / each")
+              f"loaded libraries; fastest bfloat16 kbert / each")
+        kbert_bf16 = best(speeds, library_of, kbert=True, bfloat16=True)
         for name, runs in results.items():
             peak = statistics.median(r["peak_gib"] for r in runs)
             step_gib = statistics.median(r["step_gib"] for r in runs)
-            ratio = f"{kbert_speed / speeds[name]:.2f}x" if kbert_speed else "-"
-            print(f"  {name:<34} {speeds[name]:8.1f} seq/s  {peak:5.2f} GiB  +{step_gib:5.2f} GiB  {ratio}")
+            ratio = f"{speeds[kbert_bf16] / speeds[name]:.2f}x" if kbert_bf16 else "-"
+            print(f"  {name:<68} {speeds[name]:8.1f} seq/s  {peak:5.2f} GiB  +{step_gib:5.2f} GiB  {ratio}")
+        for label, bfloat16 in (("equal precision (bfloat16)", True), ("default against default", None)):
+            ours = best(speeds, library_of, kbert=True, bfloat16=bfloat16)
+            peer = best(speeds, library_of, kbert=False, bfloat16=bfloat16)
+            if ours and peer:
+                print(f"  {label}: {ours} / {peer} = {speeds[ours] / speeds[peer]:.2f}x")
+
+
+# Each library at its users' default precision: kbert's dtype="auto", the peers' float32.
+DEFAULTS = ("kbert", "kbert-torch", "transformers", "keras_hub")
+
+
+def best(speeds, library_of, kbert, bfloat16):
+    """The name of the fastest run of kbert (or of the peers): in bfloat16
+    (bfloat16=True) or each at its default precision (bfloat16=None)."""
+    names = [name for name, library in library_of.items() if library.startswith("kbert") == kbert
+             and ("bfloat16" in name if bfloat16 else library in DEFAULTS)]
+    return max(names, key=speeds.get, default=None)
 
 
 if __name__ == "__main__":
