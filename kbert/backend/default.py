@@ -13,13 +13,16 @@ def dense(x, kernel, bias, activation=None):
     return keras.activations.gelu(y, approximate=activation == "gelu_approximate")
 
 
-def random_int16(shape, seed_generator):
-    # One int32 draw per two elements, split in two.
-    half = (shape[-1] + 1) // 2
-    bits = keras.random.randint(
-        (*shape[:-1], half), minval=-(2**31), maxval=2**31 - 1, dtype="int32", seed=seed_generator
+def int32_bits_for_int16(shape, seed_generator):
+    """Random int32 bits for `random_int16(shape)`: one draw per two elements."""
+    return keras.random.randint(
+        (*shape[:-1], (shape[-1] + 1) // 2), minval=-(2**31), maxval=2**31 - 1, dtype="int32", seed=seed_generator
     )
-    return ops.view(bits, "int16")[..., : shape[-1]]
+
+
+def random_int16(shape, seed_generator):
+    # Each int32 draw split in two.
+    return ops.view(int32_bits_for_int16(shape, seed_generator), "int16")[..., : shape[-1]]
 
 
 def random_int16_is_cheap():

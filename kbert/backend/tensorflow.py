@@ -1,7 +1,8 @@
 """TensorFlow's implementations of kbert's primitives (public TF APIs only)."""
 
-import keras
 import tensorflow as tf
+
+from kbert.backend import default
 
 
 def dense(x, kernel, bias, activation=None):
@@ -16,12 +17,9 @@ def dense(x, kernel, bias, activation=None):
 
 
 def random_int16(shape, seed_generator):
-    half = (shape[-1] + 1) // 2
-    bits = keras.random.randint(
-        (*shape[:-1], half), minval=-(2**31), maxval=2**31 - 1, dtype="int32", seed=seed_generator
-    )
+    bits = default.int32_bits_for_int16(shape, seed_generator)
     # `ops.view` checks the last axis' size in Python, which a graph with a
     # dynamic sequence length does not have.
     halves = tf.bitcast(bits, tf.int16)  # [..., half, 2]
-    halves = tf.reshape(halves, tf.concat([tf.shape(bits)[:-1], [2 * half]], axis=0))
+    halves = tf.reshape(halves, tf.concat([tf.shape(bits)[:-1], [-1]], axis=0))
     return halves[..., : shape[-1]]
