@@ -29,15 +29,13 @@ def _pool(mode, sequence_output, padding_mask):
     if mode == "max":
         return ops.max(ops.where(mask > 0, sequence_output, ops.full_like(sequence_output, -np.inf)), axis=1)
     if mode == "lasttoken":
-        # The last real token ([SEP] for BERT); sentence-transformers takes
-        # the last position of a row without any.
-        length = ops.sum(ops.cast(padding_mask, "int32"), axis=1)
-        last = ops.where(length > 0, length - 1, ops.shape(padding_mask)[1] - 1)
+        # The last real token ([SEP] for BERT: every row has [CLS] and [SEP]).
+        last = ops.maximum(ops.sum(ops.cast(padding_mask, "int32"), axis=1) - 1, 0)
         return ops.take_along_axis(sequence_output * mask, last[:, None, None], axis=1)[:, 0, :]
     if mode == "weightedmean":
         # Position weights 1, 2, 3, ... (Muennighoff 2022, SGPT).
-        positions = ops.cast(ops.arange(1, ops.shape(padding_mask)[1] + 1), sequence_output.dtype)
-        mask = mask * positions[None, :, None]
+        positions = ops.cumsum(ops.ones_like(mask), axis=1)
+        mask = mask * positions
     total = ops.sum(sequence_output * mask, axis=1)
     count = ops.maximum(ops.sum(mask, axis=1), 1e-9)
     return total / (ops.sqrt(count) if mode == "mean_sqrt_len_tokens" else count)
