@@ -22,7 +22,9 @@ class BertClassifier(Task):
         preprocessor: a `kbert.BertPreprocessor`, so that `fit`, `evaluate`
             and `predict` take raw strings (or `(texts_a, texts_b)` pairs);
             `None` for a model fed token ids.
-        dropout: dropout rate before the output layer.
+        dropout: dropout rate before the output layer; `None`: the
+            backbone's rate (as transformers' `classifier_dropout=None`), so
+            that `from_preset(..., dropout=0.0)` turns off all dropout.
         class_names: optional names of the classes, in label order (used by
             exported models to answer with a label).
 
@@ -36,7 +38,7 @@ class BertClassifier(Task):
     # classifies every position of the sequence output with the same head.
     classified_output = "pooled_output"
 
-    def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None, **kwargs):
+    def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None, **kwargs):
         if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
             raise ValueError(
                 f"num_classes={num_classes!r} ({type(num_classes).__name__}): give the number of classes "
@@ -50,7 +52,7 @@ class BertClassifier(Task):
             features = backbone.pooled_output_model()(inputs)
         else:
             features = backbone(inputs)[self.classified_output]
-        x = Dropout(dropout, name="classifier_dropout")(features)
+        x = Dropout(backbone.dropout if dropout is None else dropout, name="classifier_dropout")(features)
         logits = keras.layers.Dense(
             num_classes, kernel_initializer=bert_initializer(), dtype="float32", name="logits"
         )(x)

@@ -31,7 +31,8 @@ class BertTokenClassifier(BertClassifier):
         num_classes: number of tags.
         preprocessor: a `kbert.BertPreprocessor`, or `None` for a model fed
             token ids. Words past its `sequence_length` get no tag.
-        dropout: dropout rate before the output layer.
+        dropout: dropout rate before the output layer; `None`: the
+            backbone's rate.
         class_names: the tags' names in id order, BIO style (`"O"`,
             `"B-PER"`, `"I-PER"`, ...); needed to return entities.
 
@@ -46,7 +47,7 @@ class BertTokenClassifier(BertClassifier):
     classified_output = "sequence_output"
     takes_pairs = False
 
-    def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, class_names=None,
+    def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None,
                  length_groups=0, **kwargs):
         # Its own input pipeline (tagged words): no sorting by length.
         super().__init__(backbone, num_classes, preprocessor=preprocessor, dropout=dropout,

@@ -13,7 +13,7 @@ from kbert.models.task_inputs import RawTextInput
 from kbert.models.task_presets import TaskPresets
 from kbert.text.pipeline import check_counts, steps, take
 from kbert.training.distribution import DistributedTraining
-from kbert.training.optimizers import bert_adamw
+from kbert.training.optimizers import EPSILON, bert_adamw, warmup_steps
 from kbert.training.schedules import WarmupLinearDecay
 
 class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Model):
@@ -64,17 +64,23 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         return None
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto", learning_rate=5e-5,
-                warmup=0.1, **kwargs):
-        """`compile()` with BERT's fine-tuning defaults for anything not given:
+                warmup=0.1, epsilon=EPSILON, global_clipnorm=1.0, **kwargs):
+        """`compile()` with fine-tuning defaults for anything not given:
         AdamW (weight decay 0.01, none on biases and LayerNorm), the task's loss
         and metrics. With the default optimizer, `fit` uses BERT's schedule:
-        linear warm-up over `warmup` of the run's steps to `learning_rate`
-        (BERT §A.3 searches 5e-5, 3e-5 and 2e-5), then linear decay to 0.
-        Both are kept in the model's compile config."""
+        linear warm-up over `warmup` of the run's steps (rounded up) to
+        `learning_rate` (BERT §A.3 searches 5e-5, 3e-5 and 2e-5), then linear
+        decay to 0; Adam's `epsilon` and the clipping of the gradients' global
+        norm (`global_clipnorm`, None: no clipping) are those of transformers'
+        `Trainer`, so that the same recipe trains the same weights. All four
+        are kept in the model's compile config."""
         self._compiled_by_default = optimizer == "auto"
         self.learning_rate, self.warmup = float(learning_rate), float(warmup)
+        self.epsilon = float(epsilon)
+        self.global_clipnorm = None if global_clipnorm is None else float(global_clipnorm)
         if optimizer == "auto":
-            optimizer = bert_adamw(self.learning_rate)
+            optimizer = bert_adamw(self.learning_rate, epsilon=self.epsilon)
+            optimizer.global_clipnorm = self.global_clipnorm
             if self.backbone.token_embedding.dtype_policy.name == "mixed_float16":
                 # float16 gradients underflow without loss scaling.
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -89,7 +95,8 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
     def get_compile_config(self):
         config = super().get_compile_config()
         if config is not None and hasattr(self, "learning_rate"):
-            config = {**config, "learning_rate": self.learning_rate, "warmup": self.warmup}
+            config = {**config, "learning_rate": self.learning_rate, "warmup": self.warmup,
+                      "epsilon": self.epsilon, "global_clipnorm": self.global_clipnorm}
         return config
 
     def _schedule_learning_rate(self, steps_per_epoch, epochs):
@@ -100,7 +107,7 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             return  # unknown length: keep the learning rate as it is
         total = steps_per_epoch * epochs
         self.optimizer.learning_rate = WarmupLinearDecay(
-            self.learning_rate, total, int(self.warmup * total),
+            self.learning_rate, total, warmup_steps(self.warmup, total),
             start_step=int(self.optimizer.iterations),
         )
         # Compiled train steps hold the previous schedule: trace them anew.

@@ -1,6 +1,7 @@
 """AdamW with one fused kernel per step where the backend has one (PyTorch)."""
 
 import keras
+import tensorflow as tf
 
 from kbert import backend
 
@@ -18,12 +19,55 @@ class AdamW(keras.optimizers.AdamW):
     30,522-row word embedding is updated densely).
 
     Same update as Keras: the decay `w -= learning_rate * weight_decay * w`
-    first (none on the excluded variables), then Adam's, with Keras' epsilon.
-    Variables, moments and checkpoints are Keras'. `amsgrad`, and weights that
-    are not float32, take Keras' update.
+    first (none on the excluded variables), then Adam's. Variables, moments
+    and checkpoints are Keras'. `amsgrad`, and weights that are not float32,
+    take Keras' update.
 
-    Args: as `keras.optimizers.AdamW`.
+    Args: as `keras.optimizers.AdamW`, and
+        bias_corrected_epsilon: where epsilon is added. False: Keras', to the
+            root of the second moment before its bias correction (the Adam
+            paper's "epsilon hat"), where it weighs `1 / sqrt(1 - beta_2**t)`
+            times more: 32 times at the first step, 3 at the 100th. True:
+            PyTorch's (`torch.optim.AdamW`, transformers' `Trainer`) and
+            Algorithm 1 of the paper, after it, so that the same epsilon
+            gives the same updates as PyTorch's.
     """
+
+    def __init__(self, *args, bias_corrected_epsilon=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.bias_corrected_epsilon = bool(bias_corrected_epsilon)
+
+    def get_config(self):
+        return {**super().get_config(), "bias_corrected_epsilon": self.bias_corrected_epsilon}
+
+    def _clip_gradients(self, grads):
+        if self.global_clipnorm:
+            grads = [_rows_once(g) for g in grads]
+        return super()._clip_gradients(grads)
+
+    def _keras_epsilon(self, beta_2_power):
+        """The epsilon that Keras' update adds for this one's."""
+        if not self.bias_corrected_epsilon:
+            return self.epsilon
+        return self.epsilon * keras.ops.sqrt(1 - beta_2_power)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if not self.bias_corrected_epsilon or self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
+        # Keras Adam's update with the epsilon that makes it PyTorch's.
+        ops = keras.ops
+        lr = ops.cast(learning_rate, variable.dtype)
+        gradient = ops.cast(gradient, variable.dtype)
+        local_step = ops.cast(self.iterations + 1, variable.dtype)
+        beta_1_power = ops.power(ops.cast(self.beta_1, variable.dtype), local_step)
+        beta_2_power = ops.power(ops.cast(self.beta_2, variable.dtype), local_step)
+        m = self._momentums[self._get_variable_index(variable)]
+        v = self._velocities[self._get_variable_index(variable)]
+        alpha = lr * ops.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
+        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
+        self.assign_sub(variable, ops.divide(ops.multiply(m, alpha),
+                                             ops.add(ops.sqrt(v), self._keras_epsilon(beta_2_power))))
 
     def _fused(self, variables=None):
         variables = self._trainable_variables if variables is None else variables
@@ -55,6 +99,18 @@ class AdamW(keras.optimizers.AdamW):
                 learning_rate=lr,
                 beta_1=self.beta_1,
                 beta_2=self.beta_2,
-                epsilon=self.epsilon,
+                epsilon=float(self._keras_epsilon(self.beta_2**step)),
                 weight_decay=self.weight_decay if decay else 0.0,
             )
+
+
+def _rows_once(gradient):
+    """TensorFlow's sparse gradient of an embedding (`tf.IndexedSlices`) with
+    each row once: it holds a row once per use in the batch, and Keras'
+    global norm squares the slices before adding them up, which is not the
+    norm of the gradient. Other gradients as they are."""
+    if not isinstance(gradient, tf.IndexedSlices):
+        return gradient
+    rows, slot = tf.unique(gradient.indices)
+    values = tf.math.unsorted_segment_sum(gradient.values, slot, tf.shape(rows)[0])
+    return tf.IndexedSlices(values, rows, gradient.dense_shape)

@@ -3,6 +3,8 @@
 `bert_adamw` with `WarmupLinearDecay` is what `Task.compile()` uses by default.
 """
 
+import math
+
 import keras
 
 from kbert.training.adamw import AdamW
@@ -12,14 +14,32 @@ from kbert.training.schedules import WarmupLinearDecay
 NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]
 
 
-def bert_adamw(learning_rate, weight_decay=0.01):
+# transformers' `Trainer` (`adam_epsilon`), added where PyTorch adds it. BERT's
+# code used 1e-6; Keras adds it before the bias correction of the second
+# moment, where it weighs as 3e-5 added after it at the first step, damping
+# the updates of weights with small gradients.
+EPSILON = 1e-8
+BERT_EPSILON = 1e-6
+
+
+def bert_adamw(learning_rate, weight_decay=0.01, epsilon=EPSILON, bias_corrected_epsilon=True):
     """AdamW as BERT fine-tunes: decay on weights, none on biases and LayerNorm
     (`kbert.training.AdamW`: Keras' AdamW, updating in fused kernels).
+
+    Args:
+        learning_rate: a float or a schedule.
+        weight_decay: decoupled weight decay.
+        epsilon: added to the root of the second moment (transformers'
+            `Trainer`: 1e-8; BERT's code: 1e-6).
+        bias_corrected_epsilon: True: epsilon is added where PyTorch adds
+            it, after the bias correction; False: where Keras does (see
+            `kbert.training.AdamW`).
 
     Example:
     >>> optimizer = bert_adamw(WarmupLinearDecay(5e-5, total_steps=1000, warmup_steps=100))
     """
-    optimizer = AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-6)
+    optimizer = AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=epsilon,
+                      bias_corrected_epsilon=bias_corrected_epsilon)
     optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     return optimizer
 
@@ -42,14 +62,16 @@ def bert_lamb(learning_rate, weight_decay=0.01):
     Example:
     >>> optimizer = bert_lamb(WarmupLinearDecay(2e-3, total_steps=10000, warmup_steps=1000))
     """
-    optimizer = keras.optimizers.Lamb(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-6)
+    optimizer = keras.optimizers.Lamb(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=BERT_EPSILON)
     optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     return optimizer
 
 
-def fine_tuning_optimizer(total_steps, learning_rate=5e-5, warmup=0.1, weight_decay=0.01, **options):
+def fine_tuning_optimizer(total_steps, learning_rate=5e-5, warmup=0.1, weight_decay=0.01, epsilon=EPSILON,
+                          **options):
     """BERT's fine-tuning optimizer (§A.3): AdamW with linear warm-up over the
-    first `warmup` of the run, then linear decay to 0 at `total_steps`.
+    first `warmup` of the run (rounded up, as transformers' `Trainer`), then
+    linear decay to 0 at `total_steps`.
 
     What `Task.compile()` gives by default, with the knobs exposed: use it to
     change the rate, clip gradients, accumulate them, or scale the loss.
@@ -60,15 +82,23 @@ def fine_tuning_optimizer(total_steps, learning_rate=5e-5, warmup=0.1, weight_de
         learning_rate: the peak rate; §A.3 searches 5e-5, 3e-5 and 2e-5.
         warmup: the share of `total_steps` spent warming up.
         weight_decay: AdamW's decoupled weight decay (none on biases and LayerNorm).
-        **options: `global_clipnorm`, `gradient_accumulation_steps`,
+        epsilon: Adam's epsilon (see `bert_adamw`).
+        **options: `global_clipnorm` (`Task.compile`'s default and
+            transformers' `Trainer` clip at 1.0), `gradient_accumulation_steps`,
             `loss_scale`; see `with_options`.
 
     Example:
     >>> steps = epochs * math.ceil(len(texts) / 32)
     >>> model.compile(optimizer=kbert.training.fine_tuning_optimizer(steps, learning_rate=3e-5))
     """
-    schedule = WarmupLinearDecay(learning_rate, total_steps, int(warmup * total_steps))
-    return with_options(bert_adamw(schedule, weight_decay), **options)
+    schedule = WarmupLinearDecay(learning_rate, total_steps, warmup_steps(warmup, total_steps))
+    return with_options(bert_adamw(schedule, weight_decay, epsilon), **options)
+
+
+def warmup_steps(warmup, total_steps):
+    """The warm-up's steps for a share `warmup` of `total_steps`: rounded up,
+    as transformers' `Trainer` rounds its `warmup_ratio`."""
+    return min(math.ceil(warmup * total_steps - 1e-9), int(total_steps))
 
 
 def pretraining_optimizer(total_steps, learning_rate=1e-4, warmup_steps=10000, optimizer="adamw",
@@ -90,7 +120,9 @@ def pretraining_optimizer(total_steps, learning_rate=1e-4, warmup_steps=10000, o
     >>> model.compile(optimizer=kbert.training.pretraining_optimizer(
     ...     100_000, learning_rate=2e-3, warmup_steps=2000, optimizer="lamb", global_clipnorm=1.0))
     """
-    makers = {"adamw": bert_adamw, "lamb": bert_lamb}
+    # Pre-training keeps Keras' epsilon of 1e-6, as before.
+    makers = {"adamw": lambda rate, decay: bert_adamw(rate, decay, BERT_EPSILON, bias_corrected_epsilon=False),
+              "lamb": bert_lamb}
     if optimizer not in makers:
         raise ValueError(f'Unknown optimizer "{optimizer}"; pass "adamw" (BERT\'s) or "lamb" (large batches).')
     schedule = WarmupLinearDecay(learning_rate, total_steps, min(warmup_steps, total_steps))
@@ -147,5 +179,6 @@ __all__ = [
     "bert_lamb",
     "fine_tuning_optimizer",
     "pretraining_optimizer",
+    "warmup_steps",
     "with_options",
 ]
