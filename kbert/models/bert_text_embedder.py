@@ -244,7 +244,8 @@ class BertTextEmbedder(Task):
             self._schedule_learning_rate(steps, epochs)
         model = self._training_model(len(columns))
         model.compile(optimizer=self.optimizer, loss=loss, jit_compile=self.jit_compile)
-        return model.fit(dataset, epochs=epochs, steps_per_epoch=steps, **kwargs)
+        kwargs.pop("shuffle", None)  # done above, per epoch
+        return model.fit(dataset, epochs=epochs, steps_per_epoch=steps, shuffle=False, **kwargs)
 
     def _pair_dataset(self, columns, y, batches):
         """Batches `[(features of each column), y]`, each column padded to its

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import kbert
+from tests.helpers import to_numpy
 
 TEXTS = [
     "A man is eating food.",
@@ -132,7 +133,7 @@ def test_explicit_arguments_override_the_folder(tiny_bert, tmp_path):
     embedder = kbert.BertTextEmbedder.from_preset(folder, pooling="mean", normalize=False, sequence_length=16)
     assert (embedder.pooling, embedder.normalize, embedder.preprocessor.sequence_length) == ("mean", False, 16)
     inputs = embedder.preprocessor(TEXTS[:2])
-    sequence = np.asarray(kbert.BertTextEmbedder(embedder.backbone, pooling="mean", normalize=False)(inputs))
+    sequence = to_numpy(kbert.BertTextEmbedder(embedder.backbone, pooling="mean", normalize=False)(inputs))
     np.testing.assert_allclose(embedder.encode(TEXTS[:2]), sequence, atol=1e-5)
 
 

@@ -1,0 +1,150 @@
+"""The embedding losses against a direct numpy computation (and
+sentence-transformers' own), duplicate-free batches, and BertTextEmbedder.fit
+on pairs, triplets and scored pairs."""
+
+import keras
+import numpy as np
+import pytest
+
+import kbert
+from kbert.training.contrastive import (
+    CoSENTLoss,
+    CosineSimilarityLoss,
+    MultipleNegativesRankingLoss,
+    batches_without_duplicates,
+)
+from tests.helpers import to_numpy
+
+
+def unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def cross_entropy(logits, labels):
+    logits = logits - logits.max(axis=1, keepdims=True)
+    log_probabilities = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return -log_probabilities[np.arange(len(labels)), labels]
+
+
+def mnrl_numpy(embeddings, scale=20.0, symmetric=False):
+    """sentence-transformers' MultipleNegativesRankingLoss written out: anchor
+    i against [all positives, all negatives], the right answer at i."""
+    e = unit(embeddings.astype("float64"))
+    batch = len(e)
+    candidates = np.concatenate([e[:, c] for c in range(1, e.shape[1])])
+    scores = scale * e[:, 0] @ candidates.T
+    loss = cross_entropy(scores, np.arange(batch))
+    if symmetric:
+        loss = (loss + cross_entropy(scores[:, :batch].T, np.arange(batch))) / 2
+    return loss.mean()
+
+
+def cosent_numpy(embeddings, labels, scale=20.0):
+    e = unit(embeddings.astype("float64"))
+    cosine = scale * (e[:, 0] * e[:, 1]).sum(-1)
+    terms = [cosine[i] - cosine[j] for i in range(len(labels)) for j in range(len(labels)) if labels[i] < labels[j]]
+    return np.log(1 + np.exp(terms).sum())
+
+
+EMBEDDINGS = np.random.default_rng(0).normal(size=(6, 3, 8)).astype("float32")
+SCORES = np.array([0.0, 0.2, 0.2, 0.5, 0.9, 1.0], "float32")
+
+
+@pytest.mark.parametrize("columns", [2, 3])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_multiple_negatives_ranking_loss_equals_numpy(columns, symmetric):
+    loss = MultipleNegativesRankingLoss(symmetric=symmetric)(np.zeros(6), EMBEDDINGS[:, :columns])
+    np.testing.assert_allclose(float(to_numpy(loss)), mnrl_numpy(EMBEDDINGS[:, :columns], symmetric=symmetric),
+                               rtol=1e-5)
+
+
+def test_losses_equal_sentence_transformers():
+    import torch
+    from sentence_transformers.sentence_transformer import losses
+
+    columns = [torch.tensor(EMBEDDINGS[:, c]) for c in range(3)]
+    mnrl = losses.MultipleNegativesRankingLoss(model=None)
+    symmetric = losses.MultipleNegativesRankingLoss(model=None, directions=("query_to_doc", "doc_to_query"),
+                                                    partition_mode="per_direction")
+    expected = {
+        "mnrl": float(mnrl.compute_loss_from_embeddings(columns, None)),
+        "symmetric": float(symmetric.compute_loss_from_embeddings(columns[:2], None)),
+        "cosent": float(losses.CoSENTLoss(model=None).compute_loss_from_embeddings(columns[:2],
+                                                                                   torch.tensor(SCORES))),
+    }
+    got = {
+        "mnrl": MultipleNegativesRankingLoss()(SCORES, EMBEDDINGS),
+        "symmetric": MultipleNegativesRankingLoss(symmetric=True)(SCORES, EMBEDDINGS[:, :2]),
+        "cosent": CoSENTLoss()(SCORES, EMBEDDINGS[:, :2]),
+    }
+    for name in expected:
+        np.testing.assert_allclose(float(to_numpy(got[name])), expected[name], rtol=1e-5, err_msg=name)
+
+
+def test_cosent_and_cosine_similarity_losses_equal_numpy():
+    np.testing.assert_allclose(float(to_numpy(CoSENTLoss()(SCORES, EMBEDDINGS[:, :2]))),
+                               cosent_numpy(EMBEDDINGS[:, :2], SCORES), rtol=1e-5)
+    e = unit(EMBEDDINGS[:, :2].astype("float64"))
+    expected = (((e[:, 0] * e[:, 1]).sum(-1) - SCORES) ** 2).mean()
+    np.testing.assert_allclose(float(to_numpy(CosineSimilarityLoss()(SCORES, EMBEDDINGS[:, :2]))), expected, rtol=1e-5)
+
+
+def test_losses_refuse_one_column():
+    with pytest.raises(ValueError, match=r"at least 2 columns.*\(anchors, positives\)"):
+        MultipleNegativesRankingLoss()(np.zeros(6), EMBEDDINGS[:, :1])
+
+
+def test_batches_without_duplicates_hold_every_example_once_and_no_text_twice():
+    rng = np.random.default_rng(1)
+    anchors = [f"q{i}" for i in range(200)]
+    positives = [f"p{rng.integers(40)}" for _ in range(200)]  # many repeats
+    batches = batches_without_duplicates([anchors, positives], batch_size=16, seed=0)
+    assert sorted(i for b in batches for i in b) == list(range(200))
+    for batch in batches:
+        texts = [anchors[i] for i in batch] + [positives[i] for i in batch]
+        assert len(texts) == len(set(texts)) and len(batch) <= 16
+    assert sum(len(b) == 16 for b in batches) >= 8  # most batches are full
+    # All one text: linear time, batches of one.
+    assert all(len(b) == 1 for b in batches_without_duplicates([["same"] * 50, ["x"] * 50], 8))
+
+
+QUESTIONS = ["where is the eiffel tower", "who wrote hamlet", "what is the boiling point of water",
+             "how many legs does a spider have", "what colour is the sky", "who painted the mona lisa"]
+PASSAGES = ["The Eiffel Tower is in Paris.", "Hamlet is a play by William Shakespeare.",
+            "Water boils at 100 degrees Celsius.", "Spiders have eight legs.", "The sky is blue on a clear day.",
+            "Leonardo da Vinci painted the Mona Lisa."]
+
+
+NEGATIVES = ["The Louvre is in Paris.", "Macbeth is a play.", "Ice melts at 0 degrees Celsius.",
+             "Ants have six legs.", "Grass is green.", "Van Gogh painted sunflowers."]
+
+
+@pytest.fixture(scope="module")
+def embedder(minilm_dir):
+    backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
+                                  intermediate_dim=64, max_sequence_length=64, dropout=0.0)
+    # 16 tokens hold every text: one padded shape, one trace.
+    preprocessor = kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=16)
+    return kbert.BertTextEmbedder(backbone, preprocessor)
+
+
+def test_fit_on_triplets_reports_the_in_batch_loss_and_learns(embedder):
+    # One batch of all examples: the first step's loss is the loss of the
+    # starting embeddings, whatever the shuffle.
+    before = embedder.encode(QUESTIONS + PASSAGES + NEGATIVES).reshape(3, 6, -1).transpose(1, 0, 2)
+    embedder.compile(learning_rate=2e-3, warmup=0.0)
+    history = embedder.fit((QUESTIONS, PASSAGES, NEGATIVES), epochs=3, batch_size=6, no_duplicates=True, seed=0,
+                           verbose=0)
+    loss = history.history["loss"]
+    np.testing.assert_allclose(loss[0], mnrl_numpy(before), rtol=1e-4)
+    assert loss[2] < loss[0]
+
+
+def test_fit_refuses_single_texts_with_the_default_loss(embedder):
+    embedder.compile()
+    with pytest.raises(ValueError, match=r"tuple of lists of texts: \(anchors, positives\)"):
+        embedder.fit(QUESTIONS, np.zeros((6, 32)))
+    with pytest.raises(ValueError, match="6 pairs but 2 scores"):
+        embedder.fit((QUESTIONS, PASSAGES), [0.0, 1.0])
+    config = keras.saving.serialize_keras_object(MultipleNegativesRankingLoss(symmetric=True))
+    assert keras.saving.deserialize_keras_object(config).get_config()["symmetric"] is True
