@@ -5,4 +5,4 @@ from kbert.text.preprocessor import BertPreprocessor
 from kbert.text.masking import MaskedLMMaskGenerator
 from kbert.text.next_sentence import next_sentence_dataset, next_sentence_pairs, read_documents
 from kbert.text.sequence_packing import pack_sequences
-from kbert.text.pretraining_data import pretraining_dataset, write_pretraining_data
+from kbert.text.pretraining_data import pretraining_data_metadata, pretraining_dataset, write_pretraining_data
