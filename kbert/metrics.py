@@ -1,10 +1,12 @@
 """Task metrics as their reference scorers compute them: SQuAD's exact match
-and F1 (the official evaluation script), and entity-level F1 (conlleval)."""
+and F1 (the official evaluation script), entity-level F1 (conlleval), and
+retrieval metrics and Spearman as sentence-transformers' evaluators."""
 
 import re
 import string
 from collections import Counter
 
+import numpy as np
 import tensorflow as tf
 
 from kbert.text.token_classification import bio_entities
@@ -90,3 +92,65 @@ def _entity_set(tags):
     rows = entities["label"].value_rowids().numpy()
     columns = [entities[k].flat_values.numpy() for k in ("first_word", "last_word", "label")]
     return {(int(r), int(a), int(b), k.decode()) for r, a, b, k in zip(rows, *columns)}
+
+
+def retrieval_metrics(ranked_ids, relevant_ids, recall_at=(1, 10), mrr_at=10, ndcg_at=10):
+    """Recall@k, MRR@k and nDCG@k (binary relevance), averaged over queries,
+    as sentence-transformers' `InformationRetrievalEvaluator` computes them.
+
+    Args:
+        ranked_ids: per query, the retrieved ids, best first (e.g. the ids
+            of `kbert.models.bert_text_embedder.semantic_search`).
+        relevant_ids: per query, its relevant id or a collection of them.
+        recall_at: the k of each recall@k.
+        mrr_at, ndcg_at: the k of MRR and nDCG.
+
+    Returns:
+        `{"recall@1": ..., "recall@10": ..., "mrr@10": ..., "ndcg@10": ...}`,
+        fractions in [0, 1].
+
+    Example:
+    >>> retrieval_metrics([[3, 1], [0, 2]], [1, 5], recall_at=(1, 2), mrr_at=2, ndcg_at=2)
+    {'recall@1': 0.0, 'recall@2': 0.5, 'mrr@2': 0.25, 'ndcg@2': 0.31546487678572877}
+    """
+    if len(ranked_ids) != len(relevant_ids):
+        raise ValueError(f"Got rankings of {len(ranked_ids)} queries but relevant ids of {len(relevant_ids)}; "
+                         "pass one of each per query.")
+    if not len(ranked_ids):
+        raise ValueError("Got no queries: retrieval metrics need at least one.")
+    totals = {f"recall@{k}": 0.0 for k in recall_at}
+    totals.update({f"mrr@{mrr_at}": 0.0, f"ndcg@{ndcg_at}": 0.0})
+    for ranked, relevant in zip(ranked_ids, relevant_ids):
+        relevant = {int(relevant)} if isinstance(relevant, (int, np.integer)) else {int(r) for r in relevant}
+        if not relevant:
+            raise ValueError("A query has no relevant ids; every query needs at least one.")
+        hits = [int(i) in relevant for i in ranked]
+        for k in recall_at:
+            totals[f"recall@{k}"] += sum(hits[:k]) / len(relevant)
+        first = next((rank for rank, hit in enumerate(hits[:mrr_at]) if hit), None)
+        totals[f"mrr@{mrr_at}"] += 0.0 if first is None else 1.0 / (first + 1)
+        dcg = sum(1.0 / np.log2(rank + 2) for rank, hit in enumerate(hits[:ndcg_at]) if hit)
+        ideal = sum(1.0 / np.log2(rank + 2) for rank in range(min(len(relevant), ndcg_at)))
+        totals[f"ndcg@{ndcg_at}"] += dcg / ideal
+    return {name: float(total / len(ranked_ids)) for name, total in totals.items()}
+
+
+def spearman(predicted, expected):
+    """Spearman's rank correlation (ties get their average rank), as
+    `scipy.stats.spearmanr`: how STS scores are compared with gold ones."""
+    predicted, expected = np.asarray(predicted, "float64"), np.asarray(expected, "float64")
+    if predicted.shape != expected.shape or predicted.ndim != 1 or len(predicted) < 2:
+        raise ValueError(f"spearman takes two 1-D lists of the same length (2 or more); got shapes "
+                         f"{predicted.shape} and {expected.shape}.")
+    a, b = _average_ranks(predicted), _average_ranks(expected)
+    a, b = a - a.mean(), b - b.mean()
+    return float((a * b).sum() / np.sqrt((a * a).sum() * (b * b).sum()))
+
+
+def _average_ranks(values):
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(1, len(values) + 1)
+    # Tied values share the mean of their ranks.
+    _, groups, counts = np.unique(values, return_inverse=True, return_counts=True)
+    return (np.bincount(groups, weights=ranks) / counts)[groups]

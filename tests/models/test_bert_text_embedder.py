@@ -1,7 +1,10 @@
+import keras
 import numpy as np
 import pytest
 
 import kbert
+from kbert.metrics import retrieval_metrics, spearman
+from kbert.models.bert_text_embedder import semantic_search
 from tests.helpers import to_numpy
 
 SENTENCES = [
@@ -39,3 +42,54 @@ def test_unnormalized_cls_pooling_is_the_cls_vector(embedder):
     inputs = embedder.preprocessor(SENTENCES[:2])
     cls = to_numpy(embedder.backbone(inputs)["sequence_output"])[:, 0]
     np.testing.assert_allclose(to_numpy(cls_embedder(inputs)), cls, atol=1e-5)
+
+
+def test_semantic_search_and_retrieval_metrics_equal_sentence_transformers():
+    import torch
+    from scipy.stats import spearmanr
+    from sentence_transformers import util
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
+
+    rng = np.random.default_rng(0)
+    queries, corpus = rng.normal(size=(30, 16)), rng.normal(size=(200, 16))
+    # Small chunks, so that results are merged across corpus and query chunks.
+    scores, ids = semantic_search(queries, corpus, top_k=20, corpus_chunk_size=37, query_chunk_size=7)
+    hits = util.semantic_search(torch.tensor(queries, dtype=torch.float32), torch.tensor(corpus, dtype=torch.float32),
+                                top_k=20)
+    np.testing.assert_array_equal(ids, [[h["corpus_id"] for h in q] for q in hits])
+    np.testing.assert_allclose(scores, [[h["score"] for h in q] for q in hits], atol=1e-5)
+
+    relevant = [set(rng.choice(200, size=rng.integers(1, 4), replace=False).tolist()) | {int(ids[q, q % 12])}
+                for q in range(30)]
+    evaluator = InformationRetrievalEvaluator({str(q): "" for q in range(30)}, {str(c): "" for c in range(200)},
+                                              {str(q): {str(c) for c in r} for q, r in enumerate(relevant)},
+                                              precision_recall_at_k=[1, 10], mrr_at_k=[10], ndcg_at_k=[10])
+    expected = evaluator.compute_metrics([[{"corpus_id": str(c), "score": float(s)} for c, s in zip(i, sc)]
+                                          for i, sc in zip(ids, scores)])
+    got = retrieval_metrics(ids, relevant, recall_at=(1, 10))
+    assert got["recall@1"] > 0 and got["ndcg@10"] < 1
+    for name, value in (("recall@1", expected["recall@k"][1]), ("recall@10", expected["recall@k"][10]),
+                        ("mrr@10", expected["mrr@k"][10]), ("ndcg@10", expected["ndcg@k"][10])):
+        assert got[name] == pytest.approx(value, abs=1e-12), name
+
+    predicted, gold = rng.normal(size=50), rng.integers(0, 5, size=50)  # gold scores with ties
+    assert spearman(predicted, gold) == pytest.approx(spearmanr(predicted, gold)[0], abs=1e-12)
+
+
+def test_similarity_and_search_rank_the_meal_first(embedder):
+    texts = ["A man is eating food.", "Someone is having a meal.", "A horse is ridden.", "The stock market fell."]
+    embeddings = embedder.encode(texts)
+    scores, ids = semantic_search(embeddings[:1], embeddings[1:], top_k=2)
+    assert ids.tolist() == [[0, 1]]
+    np.testing.assert_allclose(scores, embedder.similarity(embeddings[:1], embeddings[1:3]), atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="run once: the exported graph is TensorFlow's")
+def test_export_puts_the_prompt_before_each_text_in_the_graph(embedder, tmp_path):
+    prompted = kbert.BertTextEmbedder(embedder.backbone, embedder.preprocessor, prompts={"query": "query: "})
+    path = prompted.export(str(tmp_path / "embedder"), prompt_name="query")
+    served = np.asarray(kbert.serving.serve_check(path, text=SENTENCES[:3])["embedding"])
+    expected = prompted.encode(["query: " + s for s in SENTENCES[:3]] + SENTENCES[:3], prompt="")
+    np.testing.assert_allclose(served, expected[:3], atol=1e-4)
+    assert np.abs(served - expected[3:]).max() > 1e-3  # the prompt did change them
+    assert prompted.default_prompt_name is None  # export left the model as it was
