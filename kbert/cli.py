@@ -294,6 +294,19 @@ def _serve_check(args):
     print(json.dumps(kbert.serving.serve_check(args.path, **inputs), indent=2))
 
 
+def _pretraining_data(args):
+    kbert = _import_kbert()
+
+    metadata = kbert.text.write_pretraining_data(
+        args.inputs, args.output, args.vocabulary, sequence_length=args.sequence_length,
+        packing=not args.no_packing, masks=args.masks, dupe_factor=args.dupe_factor, seed=args.seed,
+        processes=args.processes, lowercase=not args.cased,
+    )
+    tokens = sum(shard["tokens"] for shard in metadata["shards"])
+    print(f"Wrote {len(metadata['shards'])} shard(s), {metadata['rows']} rows of {args.sequence_length} tokens "
+          f"({1 - tokens / (metadata['rows'] * args.sequence_length):.1%} padding) to {args.output}")
+
+
 def _presets(args):
     kbert = _import_kbert()
 
@@ -422,6 +435,22 @@ def build_parser():
                    help="a text to classify; repeat for a batch")
     p.add_argument("--text-pair", action="append", metavar="TEXT", help="the second text of a pair; one per --text")
     p.set_defaults(run=_serve_check)
+
+    p = command("pretraining-data", "write TFRecord shards of pre-training pairs from text files")
+    p.add_argument("inputs", nargs="+", metavar="FILE",
+                   help="text files or glob patterns (plain or .gz; one sentence per line, a blank line between "
+                        "documents); one shard per file")
+    p.add_argument("--output", required=True, metavar="FOLDER", help="folder for the shards")
+    p.add_argument("--vocabulary", required=True, metavar="FILE", help="the WordPiece vocab.txt")
+    p.add_argument("--sequence-length", type=_count(5), default=128, metavar="N", help="tokens per row")
+    p.add_argument("--no-packing", action="store_true", help="one pair per row instead of several packed")
+    p.add_argument("--masks", choices=["dynamic", "precomputed"], default="dynamic",
+                   help="dynamic: drawn anew every epoch when read; precomputed: written into the shards")
+    p.add_argument("--dupe-factor", type=_count(1), default=1, metavar="N", help="differently made copies of the data")
+    p.add_argument("--seed", type=int, default=0, help="the same seed gives the same bytes")
+    p.add_argument("--processes", type=_count(1), metavar="N", help="processes (default: one per CPU)")
+    p.add_argument("--cased", action="store_true", help="keep case and accents (a cased vocabulary)")
+    p.set_defaults(run=_pretraining_data)
     return parser
 
 
