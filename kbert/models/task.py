@@ -16,6 +16,10 @@ from kbert.training.distribution import DistributedTraining
 from kbert.training.optimizers import EPSILON, bert_adamw, warmup_steps
 from kbert.training.schedules import WarmupLinearDecay
 
+# What the rate decays to after the warm-up, as a share of its peak.
+SCHEDULE_FLOORS = {"linear": 0.0, "linear_to_10%": 0.1, "constant": 1.0}
+
+
 class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Model):
     """Base of the task models: a functional model on `BertBackbone` with an
     optional preprocessor, so that `fit`, `evaluate` and `predict` take raw
@@ -64,16 +68,21 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         return None
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto", learning_rate=5e-5,
-                warmup=0.1, epsilon=EPSILON, global_clipnorm=1.0, **kwargs):
+                warmup=0.1, schedule="linear", epsilon=EPSILON, global_clipnorm=1.0, **kwargs):
         """`compile()` with fine-tuning defaults for anything not given:
         AdamW (weight decay 0.01, none on biases and LayerNorm), the task's loss
         and metrics. With the default optimizer, `fit` uses BERT's schedule:
         linear warm-up over `warmup` of the run's steps (rounded up) to
-        `learning_rate` (BERT §A.3 searches 5e-5, 3e-5 and 2e-5), then linear
-        decay to 0; Adam's `epsilon` and the clipping of the gradients' global
-        norm (`global_clipnorm`, None: no clipping) are those of transformers'
-        `Trainer`, so that the same recipe trains the same weights. All four
-        are kept in the model's compile config."""
+        `learning_rate` (BERT §A.3 searches 5e-5, 3e-5 and 2e-5), then the
+        `schedule`: `"linear"` (BERT's and transformers' `Trainer`'s: linear
+        decay to 0), `"linear_to_10%"` (to a tenth of `learning_rate`) or
+        `"constant"`. Adam's `epsilon` and the clipping of the gradients'
+        global norm (`global_clipnorm`, None: no clipping) are those of
+        transformers' `Trainer`, so that the same recipe trains the same
+        weights. All are kept in the model's compile config."""
+        if schedule not in SCHEDULE_FLOORS:
+            raise ValueError(f'schedule="{schedule}": use one of {", ".join(map(repr, SCHEDULE_FLOORS))}.')
+        self.schedule = schedule
         self._compiled_by_default = optimizer == "auto"
         self.learning_rate, self.warmup = float(learning_rate), float(warmup)
         self.epsilon = float(epsilon)
@@ -96,7 +105,7 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         config = super().get_compile_config()
         if config is not None and hasattr(self, "learning_rate"):
             config = {**config, "learning_rate": self.learning_rate, "warmup": self.warmup,
-                      "epsilon": self.epsilon, "global_clipnorm": self.global_clipnorm}
+                      "schedule": self.schedule, "epsilon": self.epsilon, "global_clipnorm": self.global_clipnorm}
         return config
 
     def _schedule_learning_rate(self, steps_per_epoch, epochs):
@@ -108,7 +117,7 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         total = steps_per_epoch * epochs
         self.optimizer.learning_rate = WarmupLinearDecay(
             self.learning_rate, total, warmup_steps(self.warmup, total),
-            start_step=int(self.optimizer.iterations),
+            start_step=int(self.optimizer.iterations), floor=SCHEDULE_FLOORS[self.schedule],
         )
         # Compiled train steps hold the previous schedule: trace them anew.
         self.train_function = None

@@ -31,8 +31,8 @@ import kbert
 from kbert.presets.huggingface import T, backbone_table
 
 SEQUENCE_LENGTH = 12
-BATCH, STEPS = 4, 18  # ceil(10% of 18) = 2 warm-up steps, where a floor gives 1
-LEARNING_RATE = 2e-3  # large, so that a difference in the recipe shows in 18 steps
+BATCH, STEPS = 4, 12  # ceil(10% of 12) = 2 warm-up steps, where a floor gives 1
+LEARNING_RATE = 2e-3  # large, so that a difference in the recipe shows in 12 steps
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "big", "red", "dog", "ran", "home", "to", "and", "is", "it"]
 PIECES = ["play", "un", "jump", "##ing", "##ed", "##able", "##s", "##er"]

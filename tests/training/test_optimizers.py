@@ -105,4 +105,39 @@ def test_kbert_adamw_is_task_compiles_default_and_round_trips():
     assert isinstance(optimizer, kbert.training.AdamW)
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert type(restored) is kbert.training.AdamW
-    assert (restored.weight_decay, restored.epsilon) == (0.01, 1e-6)
+    assert (restored.weight_decay, restored.epsilon, restored.bias_corrected_epsilon) == (0.01, 1e-8, True)
+
+
+def test_bias_corrected_epsilon_updates_as_torch_adamw():
+    import torch
+
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(4, 3)).astype("float32")
+    # Gradients of very different sizes: epsilon matters for the small ones.
+    grads = [(rng.normal(size=(4, 3)) * np.array([1.0, 1e-6, 1e-8])).astype("float32") for _ in range(5)]
+    variable = keras.Variable(start)
+    optimizer = kbert.training.bert_adamw(1e-2, weight_decay=0.1, epsilon=1e-8)
+    for grad in grads:
+        optimizer.apply_gradients([(keras.ops.convert_to_tensor(grad), variable)])
+    weight = torch.nn.Parameter(torch.tensor(start))
+    reference = torch.optim.AdamW([weight], lr=1e-2, weight_decay=0.1, eps=1e-8)
+    for grad in grads:
+        weight.grad = torch.tensor(grad)
+        reference.step()
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(variable), weight.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_fine_tuning_warmup_rounds_up_as_transformers_trainer():
+    # Trainer: warmup_steps = ceil(warmup_ratio * total).
+    assert [optimizers.warmup_steps(0.1, total) for total in (18, 20, 1, 0)] == [2, 2, 1, 0]
+    schedule = keras.optimizers.schedules.deserialize(
+        kbert.training.fine_tuning_optimizer(18, learning_rate=1.0).get_config()["learning_rate"])
+    np.testing.assert_allclose([float(schedule(s)) for s in (0, 1, 2, 10, 18)], [0, 0.5, 1, 0.5, 0], atol=1e-6)
+
+
+def test_schedule_floor_decays_to_a_share_of_the_peak():
+    schedule = kbert.training.WarmupLinearDecay(1.0, total_steps=110, warmup_steps=10, floor=0.1)
+    np.testing.assert_allclose([float(schedule(s)) for s in (5, 10, 60, 110, 200)], [0.5, 1, 0.55, 0.1, 0.1],
+                               atol=1e-6)
+    with pytest.raises(ValueError, match=r"floor in \[0, 1\]"):
+        kbert.training.WarmupLinearDecay(1.0, 10, 1, floor=2.0)

