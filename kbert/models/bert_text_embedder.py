@@ -54,7 +54,7 @@ class BertTextEmbedder(Task):
     error. Arguments given to `from_preset` override the folder's.
 
     `fit` trains on pairs or triplets of texts with in-batch negatives
-    (`kbert.training.MultipleNegativesRankingLoss`), or on scored pairs with
+    (`kbert.training.contrastive.MultipleNegativesRankingLoss`), or on scored pairs with
     `CoSENTLoss`.
 
     Args:

@@ -42,7 +42,7 @@ class MultipleNegativesRankingLoss(keras.losses.Loss):
             "doc_to_query")`, `partition_mode="per_direction"`).
 
     Example:
-    >>> embedder.compile(loss=kbert.training.MultipleNegativesRankingLoss(symmetric=True))
+    >>> embedder.compile(loss=kbert.training.contrastive.MultipleNegativesRankingLoss(symmetric=True))
     >>> embedder.fit((questions, passages), epochs=1)
     """
 
@@ -83,7 +83,7 @@ class CoSENTLoss(keras.losses.Loss):
         scale: 20, as sentence-transformers.
 
     Example:
-    >>> embedder.compile(loss=kbert.training.CoSENTLoss())
+    >>> embedder.compile(loss=kbert.training.contrastive.CoSENTLoss())
     >>> embedder.fit((sentences_a, sentences_b), scores)
     """
 
@@ -113,7 +113,7 @@ class CosineSimilarityLoss(keras.losses.Loss):
     cosine similarity and its score (e.g. an STS score scaled to [0, 1]).
 
     Example:
-    >>> embedder.compile(loss=kbert.training.CosineSimilarityLoss())
+    >>> embedder.compile(loss=kbert.training.contrastive.CosineSimilarityLoss())
     >>> embedder.fit((sentences_a, sentences_b), scores / 5)
     """
 
