@@ -76,7 +76,7 @@ class PositionEmbedding(keras.layers.Layer):
 
 def restarting_positions(sequence_ids):
     """Each token's position within its own sequence, `[batch, length]`
-    int32, for rows packed with several sequences (Krell et al. 2021, §4:
+    int32, for rows packed with several sequences (Krell et al. 2021:
     position ids restart at each sequence), each a run of one id.
 
     Without a cumulative max in `keras.ops`, each token's sequence start is
