@@ -181,7 +181,7 @@ def main():
                       if all(map(os.path.exists, both)) else None)
 
     kbert = results.get("kbert")
-    print(f"\n| run | s / epoch (median) | kbert faster | recall@1 | recall@10 | MRR@10 | nDCG@10 |")
+    print("\n| run | s / epoch (median) | kbert faster | recall@1 | recall@10 | MRR@10 | nDCG@10 |")
     print("|---|---|---|---|---|---|---|")
     for run, r in results.items():
         seconds = float(np.median(r["epoch_seconds"]))

@@ -346,7 +346,8 @@ def semantic_search(query_embeddings, corpus_embeddings, top_k=10, corpus_chunk_
     for q in range(0, len(queries), query_chunk_size):
         best, best_ids = scores[q:q + query_chunk_size], ids[q:q + query_chunk_size]
         for c in range(0, len(corpus), corpus_chunk_size):
-            chunk = queries[q:q + query_chunk_size] @ (corpus[c:c + corpus_chunk_size] / norms[c:c + corpus_chunk_size]).T
+            rows = slice(c, c + corpus_chunk_size)
+            chunk = queries[q:q + query_chunk_size] @ (corpus[rows] / norms[rows]).T
             merged = np.concatenate([best, chunk], axis=1)
             merged_ids = np.concatenate([best_ids, np.arange(c, c + chunk.shape[1])[None].repeat(len(chunk), 0)], 1)
             top = np.argsort(-merged, axis=1, kind="stable")[:, :k]

@@ -140,7 +140,8 @@ def _pooling_settings(path):
     if unknown:
         raise ValueError(f"{os.path.join(path, 'config.json')} has pooling modes {unknown}; kbert reproduces "
                          f"{', '.join(POOLING_MODES)}.")
-    return {"pooling": modes[0] if len(modes) == 1 else modes, "include_prompt": bool(config.get("include_prompt", True))}
+    return {"pooling": modes[0] if len(modes) == 1 else modes,
+            "include_prompt": bool(config.get("include_prompt", True))}
 
 
 def _check_sentence_embedding(path, kind):
