@@ -91,7 +91,8 @@ def run_kbert(args, out):
             epoch_times.append(time.perf_counter() - self.start)
 
     # The same batches as the peer: fit's own no-duplicate batches with seed 0, 1, ...
-    embedder.compile(learning_rate=LEARNING_RATE, warmup=WARMUP)
+    # The recipe pinned (kbert's compile defaults follow transformers' Trainer: epsilon 1e-8, clipping at 1).
+    embedder.compile(learning_rate=LEARNING_RATE, warmup=WARMUP, epsilon=1e-6, global_clipnorm=None)
     embedder.fit(([q for q, _ in train], [p for _, p in train]), epochs=args.epochs, batch_size=BATCH,
                  no_duplicates=True, seed=0, verbose=0, callbacks=[Timer()])
     metrics = recall(embedder.encode, passages, test)
