@@ -14,6 +14,9 @@ from kbert.presets import files, huggingface, loading
 from kbert.text import BertPreprocessor
 
 TASK_WEIGHTS = "task.weights.h5"
+# The backbone's constructor arguments that `from_preset` passes on: they
+# leave the architecture, fixed by the weights, alone.
+BACKBONE_SETTINGS = ("dropout", "dtype", "packing")
 
 
 def load_task(folder):
@@ -59,7 +62,7 @@ class TaskPresets:
                 preset's, at most 512).
             **kwargs: the head's arguments (e.g. `num_classes`), backbone
                 settings that leave the architecture alone (`dropout`,
-                `dtype`), and `preprocessor` to use instead of the preset's
+                `dtype`, `packing`), and `preprocessor` to use instead of the preset's
                 (`None`: a model fed token ids). Any other argument is
                 refused, naming it: one that would change the architecture
                 fixed by the weights (`num_layers=3`), a typo (`dropuot`), a
@@ -72,7 +75,7 @@ class TaskPresets:
             )
         cls._check_preset_arguments(preset, kwargs)
         folder = files.get_preset_dir(preset)
-        backbone_kwargs = {k: kwargs.pop(k) for k in ("dropout", "dtype") if k in kwargs}
+        backbone_kwargs = {k: kwargs.pop(k) for k in BACKBONE_SETTINGS if k in kwargs}
         backbone = BertBackbone.from_preset_config(loading.checked_backbone_config(folder, preset, backbone_kwargs))
         preprocessor = (kwargs.pop("preprocessor") if "preprocessor" in kwargs
                         else cls.preset_preprocessor(folder, sequence_length, backbone))
@@ -98,7 +101,7 @@ class TaskPresets:
     @classmethod
     def _preset_arguments(cls):
         """The keyword arguments `from_preset` takes."""
-        names = {"dropout", "dtype", "name", "preprocessor", "sequence_length"}
+        names = {*BACKBONE_SETTINGS, "name", "preprocessor", "sequence_length"}
         for klass in (k for k in cls.__mro__ if issubclass(k, TaskPresets)):
             if "__init__" in vars(klass):
                 names |= {name for name, p in inspect.signature(klass.__init__).parameters.items()

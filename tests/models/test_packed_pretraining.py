@@ -85,8 +85,7 @@ def pretrainers(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("hf"))
     hf_model = save_random_checkpoint(folder, transformers.BertForPreTraining)
     unpacked = kbert.BertPretrainer.from_preset(folder, preprocessor=None)
-    packed = kbert.BertPretrainer(kbert.BertBackbone.from_preset(folder, packing=True))
-    packed.set_weights(unpacked.get_weights())
+    packed = kbert.BertPretrainer.from_preset(folder, packing=True, preprocessor=None)
     return hf_model, unpacked, packed
 
 
