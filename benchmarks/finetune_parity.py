@@ -33,11 +33,11 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+from measured import measured
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from example_data import DATA, minilm_folder, read_mr  # noqa: E402
@@ -235,12 +235,9 @@ def main():
                 command = [sys.executable, __file__, "--run", f"{side}:{task}:{seed}", "--epochs", str(args.epochs),
                            "--max-train-examples", str(args.max_train_examples),
                            "--kbert-compile", json.dumps(args.kbert_compile)]
-                out = subprocess.run(command, capture_output=True, text=True)
-                lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-                if out.returncode or not lines:
-                    print(f"{side} {task} seed {seed} failed: {(out.stdout + out.stderr).strip()[-800:]}", flush=True)
+                result = measured(command, f"{side} {task} seed {seed}", tail=800)
+                if result is None:
                     continue
-                result = json.loads(lines[-1])
                 scores.setdefault((task, side), []).append(result["score"])
                 print(f"{task} {side:<13} seed {seed}: {result['score']:.2%} ({result['seconds']:.0f} s)", flush=True)
 

@@ -38,11 +38,11 @@ Usage:
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+from measured import measured
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from example_data import minilm_folder, read_mr  # noqa: E402
@@ -187,13 +187,10 @@ def main():
         command = [sys.executable, __file__, "--run", run, "--epochs", str(args.epochs), "--batch-size",
                    str(args.batch_size), "--max-train-examples", str(args.max_train_examples), "--seed",
                    str(args.seed)]
-        out = subprocess.run(command, capture_output=True, text=True)
-        lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-        if out.returncode or not lines:
-            print(f"{run}: failed or skipped: {(out.stdout + out.stderr).strip()[-500:]}", flush=True)
+        r = measured(command, run)
+        if r is None:
             continue
-        results[run] = json.loads(lines[-1])
-        r = results[run]
+        results[run] = r
         print(f"{r['name']}: accuracy {r['accuracy']:.2%}, trained in {r['train_s']:.0f} s", flush=True)
 
     kbert = results.get("kbert")

@@ -31,11 +31,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
+from measured import measured
 
 AUSTEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "data", "austen.txt.gz")
 SHAPES = {"minilm": dict(num_layers=6, hidden_dim=384, num_heads=12, intermediate_dim=1536),
@@ -216,12 +216,9 @@ def main():
                        "--dtype", args.dtype, "--batches", batches]
             env = dict(os.environ, KERAS_BACKEND="torch") if "torch" in library else dict(
                 os.environ, KERAS_BACKEND=os.environ.get("KERAS_BACKEND", "tensorflow"))
-            out = subprocess.run(command, capture_output=True, text=True, env=env)
-            lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-            if out.returncode or not lines:
-                print(f"  {library}: failed: {(out.stdout + out.stderr).strip()[-400:]}")
+            result = measured(command, library, env=env, tail=400)
+            if result is None:
                 continue
-            result = json.loads(lines[-1])
             results.setdefault(result["name"], []).append(result)
     if not results:
         return

@@ -29,11 +29,11 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
+from measured import measured
 
 BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 
@@ -213,12 +213,9 @@ def main():
                            "--batch-size", str(args.batch_size), "--length", str(args.length),
                            "--steps", str(args.steps)]
                 env = dict(os.environ, KERAS_BACKEND="torch") if library == "kbert-torch" else os.environ
-                out = subprocess.run(command, capture_output=True, text=True, env=env)
-                lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-                if out.returncode or not lines:
-                    print(f"  {library} {work}: failed or skipped: {(out.stdout + out.stderr).strip()[-300:]}")
+                result = measured(command, f"{library} {work}", env=env, tail=300)
+                if result is None:
                     continue
-                result = json.loads(lines[-1])
                 results.setdefault(result["name"], []).append(result)
         if not results:
             continue
