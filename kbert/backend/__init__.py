@@ -26,6 +26,7 @@ PRIMITIVES = (
     "exact_bfloat16_softmax",
     "fuses_adamw",
     "adamw_step",
+    "rows_once",
 )
 
 
@@ -102,3 +103,11 @@ def adamw_step(variables, grads, momentums, velocities, step, learning_rate, bet
     `fuses_adamw(variables)`; an optimizer keeps its own update elsewhere."""
     _current().adamw_step(variables, grads, momentums, velocities, step, learning_rate, beta_1, beta_2, epsilon,
                           weight_decay)
+
+
+def rows_once(gradient):
+    """`gradient` with each row once where it is an embedding's sparse
+    gradient (TensorFlow's `tf.IndexedSlices` hold a row once per use in the
+    batch, and Keras' global norm squares the slices before adding them up,
+    which is not the gradient's norm); any other gradient as it is."""
+    return _current().rows_once(gradient)

@@ -23,3 +23,11 @@ def random_int16(shape, seed_generator):
     halves = tf.bitcast(bits, tf.int16)  # [..., half, 2]
     halves = tf.reshape(halves, tf.concat([tf.shape(bits)[:-1], [-1]], axis=0))
     return halves[..., : shape[-1]]
+
+
+def rows_once(gradient):
+    if not isinstance(gradient, tf.IndexedSlices):
+        return gradient
+    rows, slot = tf.unique(gradient.indices)
+    values = tf.math.unsorted_segment_sum(gradient.values, slot, tf.shape(rows)[0])
+    return tf.IndexedSlices(values, rows, gradient.dense_shape)

@@ -1,7 +1,6 @@
 """AdamW with one fused kernel per step where the backend has one (PyTorch)."""
 
 import keras
-import tensorflow as tf
 
 from kbert import backend
 
@@ -42,7 +41,7 @@ class AdamW(keras.optimizers.AdamW):
 
     def _clip_gradients(self, grads):
         if self.global_clipnorm:
-            grads = [_rows_once(g) for g in grads]
+            grads = [backend.rows_once(g) for g in grads]
         return super()._clip_gradients(grads)
 
     def _keras_epsilon(self, beta_2_power):
@@ -103,14 +102,3 @@ class AdamW(keras.optimizers.AdamW):
                 weight_decay=self.weight_decay if decay else 0.0,
             )
 
-
-def _rows_once(gradient):
-    """TensorFlow's sparse gradient of an embedding (`tf.IndexedSlices`) with
-    each row once: it holds a row once per use in the batch, and Keras'
-    global norm squares the slices before adding them up, which is not the
-    norm of the gradient. Other gradients as they are."""
-    if not isinstance(gradient, tf.IndexedSlices):
-        return gradient
-    rows, slot = tf.unique(gradient.indices)
-    values = tf.math.unsorted_segment_sum(gradient.values, slot, tf.shape(rows)[0])
-    return tf.IndexedSlices(values, rows, gradient.dense_shape)
