@@ -1,4 +1,15 @@
+import os
+
 import pytest
+
+
+def pytest_report_header(config):
+    """The machine, for a crash inside a native kernel that only some CPUs
+    show (the log then says which CPU it was)."""
+    from kbert.training.precision import _cpu_flags, _cpuinfo
+
+    wide = sorted(f for f in _cpu_flags() if f.startswith(("avx512", "amx")) or f in ("avx2", "fma"))
+    return [f"cpu: {_cpuinfo('model name') or 'unknown'}; {os.cpu_count()} cores; {' '.join(wide)}"]
 
 
 @pytest.fixture(scope="session")

@@ -109,5 +109,6 @@ def rows_once(gradient):
     """`gradient` with each row once where it is an embedding's sparse
     gradient (TensorFlow's `tf.IndexedSlices` hold a row once per use in the
     batch, and Keras' global norm squares the slices before adding them up,
-    which is not the gradient's norm); any other gradient as it is."""
+    which is not the gradient's norm): on TensorFlow the dense gradient, as
+    clipping would make it anyway. Any other gradient as it is."""
     return _current().rows_once(gradient)

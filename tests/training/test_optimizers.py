@@ -45,6 +45,21 @@ def test_global_clipnorm_bounds_the_norm_of_all_gradients_together():
                                rtol=1e-6)
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's sparse gradients of a lookup")
+def test_global_clipnorm_takes_the_norm_of_an_embedding_row_used_twice_once():
+    import tensorflow as tf
+
+    table = keras.Variable(np.zeros((4, 2), "float32"))
+    with tf.GradientTape() as tape:
+        rows = tf.gather(table.value, [0, 0, 1])
+        loss = tf.reduce_sum(rows * [[3.0, 0.0], [3.0, 0.0], [0.0, 8.0]])
+    gradient = tape.gradient(loss, table.value)
+    assert isinstance(gradient, tf.IndexedSlices)  # row 0 twice: [3, 0], [3, 0]
+    # The gradient is [[6, 0], [0, 8], 0, 0]: norm 10, not sqrt(9 + 9 + 64).
+    (clipped,) = kbert.training.AdamW(global_clipnorm=1.0)._clip_gradients([gradient])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(clipped), [[0.6, 0], [0, 0.8], [0, 0], [0, 0]], rtol=1e-6)
+
+
 def test_gradient_accumulation_updates_with_the_mean_gradient_every_n_batches():
     optimizer = optimizers.with_options(keras.optimizers.SGD(1.0), gradient_accumulation_steps=2)
     variable = keras.Variable(np.zeros(1, "float32"))
