@@ -27,6 +27,7 @@ PRIMITIVES = (
     "fuses_adamw",
     "adamw_step",
     "rows_once",
+    "gather_replicas",
 )
 
 
@@ -112,3 +113,12 @@ def rows_once(gradient):
     which is not the gradient's norm): on TensorFlow the dense gradient, as
     clipping would make it anyway. Any other gradient as it is."""
     return _current().rows_once(gradient)
+
+
+def gather_replicas(x):
+    """`x` from every replica of a `tf.distribute` strategy, concatenated
+    along axis 0 in replica order, with a gradient to each replica's own
+    rows: the whole global batch, e.g. as in-batch negatives. `x` itself
+    outside a strategy, with one replica, and on JAX (whose arrays already
+    span every device) and PyTorch."""
+    return _current().gather_replicas(x)

@@ -31,3 +31,12 @@ def rows_once(gradient):
     # Dense: Keras' clipping multiplies the slices by the scale, which makes
     # them dense anyway (one `UnsortedSegmentSum`, as here).
     return tf.convert_to_tensor(gradient)
+
+
+def gather_replicas(x):
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return x
+    # A replica context's all_gather has a gradient: each replica gets the
+    # sum over replicas of the gradient to its own rows.
+    return context.all_gather(x, axis=0)

@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 import keras
@@ -11,6 +12,7 @@ from kbert.presets import files
 from kbert.presets import sentence_transformers as st
 from kbert.text import BertPreprocessor, BertTokenizer
 from kbert.text.pipeline import map_batches, text_tensor
+from kbert.training.distribution import DistributedTraining
 from kbert.training.contrastive import (
     CoSENTLoss,
     MultipleNegativesRankingLoss,
@@ -242,8 +244,12 @@ class BertTextEmbedder(Task):
         dataset = self._pair_dataset(columns, y, batches)
         if self._compiled_by_default:
             self._schedule_learning_rate(steps, epochs)
-        model = self._training_model(len(columns))
-        model.compile(optimizer=self.optimizer, loss=loss, jit_compile=self.jit_compile)
+        # Made in the strategy this embedder was built in (if any), so that
+        # fit runs on its replicas.
+        strategy = getattr(self, "_distribute_strategy", None)
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
+            model = self._training_model(len(columns))
+            model.compile(optimizer=self.optimizer, loss=loss, jit_compile=self.jit_compile)
         kwargs.pop("shuffle", None)  # done above, per epoch
         return model.fit(dataset, epochs=epochs, steps_per_epoch=steps, shuffle=False, **kwargs)
 
@@ -270,7 +276,7 @@ class BertTextEmbedder(Task):
             for i in range(num_columns)
         )
         outputs = ops.stack([self(features) for features in inputs], axis=1)
-        return keras.Model(inputs, outputs, name=f"{self.name}_columns")
+        return _ColumnsModel(inputs, outputs, name=f"{self.name}_columns")
 
     # === Presets ===
 
@@ -354,3 +360,9 @@ def semantic_search(query_embeddings, corpus_embeddings, top_k=10, corpus_chunk_
             best, best_ids = np.take_along_axis(merged, top, 1), np.take_along_axis(merged_ids, top, 1)
         scores[q:q + query_chunk_size], ids[q:q + query_chunk_size] = best, best_ids
     return scores, ids
+
+
+class _ColumnsModel(DistributedTraining, keras.Model):
+    """`BertTextEmbedder.fit`'s model of the embedder on each column: a plain
+    functional model with the fixes that let Keras train it under any
+    `tf.distribute` strategy."""

