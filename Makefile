@@ -18,10 +18,18 @@ demo: $(VENV)/.installed
 	$(PYTHON) examples/demo.py
 
 # The suite runs once per Keras backend: everything kbert claims, on each.
+# A pass killed by a signal (a crash inside a native TensorFlow kernel, seen
+# once in CI and not reproduced since: the log above it names the test and
+# the CPU) runs once more; a second crash, or any failure, fails.
 test: $(VENV)/.installed
 	@for backend in $(BACKENDS); do \
 		echo "=== KERAS_BACKEND=$$backend ==="; \
-		KERAS_BACKEND=$$backend $(PYTHON) -m pytest -rs -p no:cacheprovider || exit 1; \
+		KERAS_BACKEND=$$backend $(PYTHON) -m pytest -rs -p no:cacheprovider; status=$$?; \
+		if [ $$status -gt 128 ]; then \
+			echo "=== KERAS_BACKEND=$$backend: pytest was killed by signal $$((status - 128)), above; once more ==="; \
+			KERAS_BACKEND=$$backend $(PYTHON) -m pytest -rs -p no:cacheprovider; status=$$?; \
+		fi; \
+		[ $$status -eq 0 ] || exit 1; \
 	done
 
 # A second environment with the oldest versions kbert claims: those Colab ships
