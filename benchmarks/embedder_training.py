@@ -27,6 +27,7 @@ difference between the two).
 Usage:
     python benchmarks/embedder_training.py                       # 1 epoch, 10,000 MR sentences
     python benchmarks/embedder_training.py --epochs 2 --sentences 2000 --runs kbert,sentence-transformers
+    python benchmarks/embedder_training.py --encode-only             # encode only, no training (a few minutes)
 """
 
 import argparse
@@ -80,6 +81,8 @@ def run_kbert(args, out):
     embeddings = embedder.encode(sentences)
     encode_seconds = time.perf_counter() - start
     np.save(os.path.join(out, "kbert.npy"), embeddings)
+    if args.encode_only:
+        return {"encode_seconds": encode_seconds}
 
     epoch_times = []
 
@@ -117,6 +120,8 @@ def run_sentence_transformers(args, out, bf16=False):
         embeddings = model.encode(sentences, batch_size=32, convert_to_numpy=True)
         encode_seconds = time.perf_counter() - start
         np.save(os.path.join(out, "sentence_transformers.npy"), embeddings)
+        if args.encode_only:
+            return {"encode_seconds": encode_seconds}
     loss = MultipleNegativesRankingLoss(model)
     decay = [p for n, p in model.named_parameters() if not any(k in n for k in ("bias", "LayerNorm"))]
     rest = [p for n, p in model.named_parameters() if any(k in n for k in ("bias", "LayerNorm"))]
@@ -160,9 +165,13 @@ def main():
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--sentences", type=int, default=10_000, help="MR sentences to encode")
     parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument("--encode-only", action="store_true",
+                        help="only encode the MR sentences with kbert and sentence-transformers (float32), no training")
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.encode_only:
+        args.runs = "kbert,sentence-transformers"
     if args.run:
         print("RESULT " + json.dumps(RUNS[args.run](args, args.out)))
         return
@@ -170,7 +179,7 @@ def main():
     with tempfile.TemporaryDirectory() as out:
         for run in args.runs.split(","):
             command = [sys.executable, __file__, "--run", run, "--out", out, "--epochs", str(args.epochs),
-                       "--sentences", str(args.sentences)]
+                       "--sentences", str(args.sentences)] + (["--encode-only"] if args.encode_only else [])
             finished = subprocess.run(command, capture_output=True, text=True)
             lines = [line for line in finished.stdout.splitlines() if line.startswith("RESULT ")]
             if not lines:
@@ -182,9 +191,11 @@ def main():
                       if all(map(os.path.exists, both)) else None)
 
     kbert = results.get("kbert")
-    print("\n| run | s / epoch (median) | kbert faster | recall@1 | recall@10 | MRR@10 | nDCG@10 |")
-    print("|---|---|---|---|---|---|---|")
-    for run, r in results.items():
+    trained = {run: r for run, r in results.items() if "epoch_seconds" in r}
+    if trained:
+        print("\n| run | s / epoch (median) | kbert faster | recall@1 | recall@10 | MRR@10 | nDCG@10 |")
+        print("|---|---|---|---|---|---|---|")
+    for run, r in trained.items():
         seconds = float(np.median(r["epoch_seconds"]))
         ratio = "" if kbert is None or run == "kbert" else f"{seconds / np.median(kbert['epoch_seconds']):.2f}x"
         print(f"| {run} | {seconds:.1f} | {ratio} | {100 * r['recall@1']:.1f} | {100 * r['recall@10']:.1f} | "
