@@ -13,12 +13,12 @@ from kbert.presets import files
 from kbert.presets import sentence_transformers as st
 from kbert.text import BertPreprocessor, BertTokenizer
 from kbert.text.pipeline import map_batches, text_tensor
-from kbert.training.distribution import DistributedTraining
 from kbert.training.contrastive import (
     CoSENTLoss,
     MultipleNegativesRankingLoss,
     batches_without_duplicates,
 )
+from kbert.training.distribution import DistributedTraining
 
 POOLING_MODES = st.POOLING_MODES
 _DENSE_KEYS = ("units", "activation", "use_bias")
@@ -259,13 +259,20 @@ class BertTextEmbedder(Task):
         # Made in the strategy this embedder was built in (if any), so that
         # fit runs on its replicas.
         strategy = getattr(self, "_distribute_strategy", None)
-        with strategy.scope() if strategy is not None else contextlib.nullcontext():
-            model = self._training_model(len(columns))
-            if mini_batch_size is not None and mini_batch_size < batch_size:
-                model = _CachedColumnsModel(model, mini_batch_size, -(-batch_size // mini_batch_size))
-            model.compile(optimizer=self.optimizer, loss=loss, jit_compile=self.jit_compile)
-        kwargs.pop("shuffle", None)  # done above, per epoch
-        return model.fit(dataset, epochs=epochs, steps_per_epoch=steps, shuffle=False, **kwargs)
+        # The pooler ([CLS] dense + tanh) is no part of an embedding: frozen
+        # while fitting, Keras does not warn that it gets no gradient.
+        pooler, pooler_trainable = self.backbone.pooled_dense, self.backbone.pooled_dense.trainable
+        pooler.trainable = False
+        try:
+            with strategy.scope() if strategy is not None else contextlib.nullcontext():
+                model = self._training_model(len(columns))
+                if mini_batch_size is not None and mini_batch_size < batch_size:
+                    model = _CachedColumnsModel(model, mini_batch_size, -(-batch_size // mini_batch_size))
+                model.compile(optimizer=self.optimizer, loss=loss, jit_compile=self.jit_compile)
+            kwargs.pop("shuffle", None)  # done above, per epoch
+            return model.fit(dataset, epochs=epochs, steps_per_epoch=steps, shuffle=False, **kwargs)
+        finally:
+            pooler.trainable = pooler_trainable
 
     def _pair_dataset(self, columns, y, batches):
         """Batches `[(features of each column), y]`, each column padded to its
@@ -408,7 +415,7 @@ class _CachedColumnsModel(DistributedTraining, keras.Model):
         self.chunk_seeds = keras.random.SeedGenerator()
 
     def call(self, inputs, training=False):
-        size = ops.shape(tf.nest.flatten(inputs)[0])[0]
+        size = ops.shape(keras.tree.flatten(inputs)[0])[0]
         chunks = -(-size // self.mini_batch_size) if isinstance(size, int) else self.max_chunks
         base = self.chunk_seeds.state.value
         dtype = base.dtype
