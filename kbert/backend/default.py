@@ -2,6 +2,8 @@
 module (`kbert/backend/<name>.py`) implements the primitive faster. Each
 backend's version computes the same values; tests/backend pins that."""
 
+import functools
+
 import keras
 from keras import ops
 
@@ -69,3 +71,7 @@ def rows_once(gradient):
 
 def gather_replicas(x):
     return x  # the batch is already the whole one
+
+
+def remat_in_turn(run, count):
+    return [keras.remat(functools.partial(run, i))() for i in range(count)]

@@ -40,3 +40,29 @@ def gather_replicas(x):
     # A replica context's all_gather has a gradient: each replica gets the
     # sum over replicas of the gradient to its own rows.
     return context.all_gather(x, axis=0)
+
+
+def remat_in_turn(run, count):
+    @tf.custom_gradient
+    def in_turn(anchor):  # (a custom gradient takes at least one tensor)
+        # In a graph, the way back below reads none of these calls' tensors:
+        # each is freed once the next call has used it.
+        outputs = []
+        for i in range(count):
+            with tf.control_dependencies(outputs[-1:]):
+                outputs.append(tf.identity(run(i)))
+
+        def gradient(*upstream, variables=None):
+            total = None
+            for i in reversed(range(count)):
+                with tf.control_dependencies(total or []):  # one recomputation at a time
+                    with tf.GradientTape() as tape:
+                        output = run(i)
+                    grads = tape.gradient(output, variables, output_gradients=upstream[i])
+                grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
+                total = grads if total is None else [a + b for a, b in zip(total, grads)]
+            return tf.zeros_like(anchor), total
+
+        return outputs, gradient
+
+    return in_turn(tf.constant(0.0))

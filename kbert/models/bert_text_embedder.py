@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from kbert import backend
 from kbert.models.task import Task
 from kbert.models.task_answers import serving_text
 from kbert.presets import files
@@ -216,8 +217,9 @@ class BertTextEmbedder(Task):
                 many examples at a time, and only one such mini-batch's
                 activations are held, while the loss still takes the whole
                 `batch_size` as negatives. The same loss and gradients as
-                without it, for a batch larger than fits in memory, at about
-                1.3x the time (each mini-batch's forward pass runs twice).
+                without it, for a batch larger than fits in memory, at the
+                cost of a second forward pass of each mini-batch
+                (`benchmarks/grad_cache.py` measures both).
         """
         if mini_batch_size is not None and (isinstance(mini_batch_size, bool) or
                                             not isinstance(mini_batch_size, numbers.Integral) or mini_batch_size < 1):
@@ -393,15 +395,15 @@ class _CachedColumnsModel(DistributedTraining, keras.Model):
     """`fit(..., mini_batch_size=m)`'s model: GradCache (Gao et al. 2021,
     "Scaling Deep Contrastive Learning Batch Size under Memory Limited
     Setup"). The columns model runs on `m` examples at a time, each run
-    rematerialised (`keras.remat`): the forward pass keeps only the batch's
-    embeddings, and the backward pass computes each mini-batch's again, with
-    its share of the loss' gradient, one at a time. The loss itself sees the
-    whole batch.
+    rematerialised (`kbert.backend.remat_in_turn`): the forward pass keeps
+    only the batch's embeddings, and the backward pass computes each
+    mini-batch's again, with its share of the loss' gradient, one at a time.
+    The loss itself sees the whole batch.
 
     The recomputation draws the same dropout masks as the first pass: each
-    mini-batch sets every seed generator's state from its own seeds, given
-    to the rematerialised function (so replayed with it), and the model's own
-    seed generator moves on once per step.
+    mini-batch sets every seed generator's state from the step's seed and
+    its own index, and the model's own seed generator moves on once per
+    step.
     """
 
     _SPACING = 2**20  # seed counters of two mini-batches lie this far apart
@@ -417,28 +419,21 @@ class _CachedColumnsModel(DistributedTraining, keras.Model):
     def call(self, inputs, training=False):
         size = ops.shape(keras.tree.flatten(inputs)[0])[0]
         chunks = -(-size // self.mini_batch_size) if isinstance(size, int) else self.max_chunks
-        base = self.chunk_seeds.state.value
+        # A copy: on TensorFlow `.value` is the variable itself, which the
+        # recomputation would read after it has moved on below.
+        base = ops.copy(self.chunk_seeds.state.value)
         dtype = base.dtype
 
-        def embed(states, part):
-            def run():
-                for variable, state in zip(self._seed_states, states):
-                    variable.assign(state)
-                return self.columns(part, training=training)
-
-            # Integer inputs have no gradient: they reach the function as its
-            # closure (TensorFlow would warn of every one given as an argument).
-            return keras.remat(run)()
-
-        outputs = []
-        for i in range(chunks):
-            start = i * self.mini_batch_size
-            part = keras.tree.map_structure(lambda t: t[start:start + self.mini_batch_size], inputs)
+        def run(i):
             # Generator j of mini-batch i: seed word base + j, counter from
             # base + i * _SPACING.
-            states = [base + ops.convert_to_tensor([j, i * self._SPACING], dtype=dtype)
-                      for j in range(len(self._seed_states))]
-            outputs.append(embed(states, part))
+            for j, variable in enumerate(self._seed_states):
+                variable.assign(base + ops.convert_to_tensor([j, i * self._SPACING], dtype=dtype))
+            start = i * self.mini_batch_size
+            part = keras.tree.map_structure(lambda t: t[start:start + self.mini_batch_size], inputs)
+            return self.columns(part, training=training)
+
+        outputs = backend.remat_in_turn(run, chunks)
         moved = base + ops.convert_to_tensor([0, chunks * self._SPACING], dtype=dtype)
         self.chunk_seeds.state.assign(moved)
         for variable in self._seed_states:
