@@ -406,7 +406,12 @@ class _CachedColumnsModel(DistributedTraining, keras.Model):
     step.
     """
 
-    _SPACING = 2**20  # seed counters of two mini-batches lie this far apart
+    # Seed counters of two mini-batches lie this far apart. Keras on PyTorch
+    # seeds with the sum of a state's two words, so generator j's draws
+    # (base + j, then one more per call) must stay below the next
+    # mini-batch's; and the counter runs through its 2**32 values in
+    # 2**32 / (_SPACING * mini-batches) steps before masks repeat.
+    _SPACING = 2**10
 
     def __init__(self, columns, mini_batch_size, max_chunks, **kwargs):
         super().__init__(name=f"{columns.name}_cached", **kwargs)
@@ -414,6 +419,9 @@ class _CachedColumnsModel(DistributedTraining, keras.Model):
         self.mini_batch_size = int(mini_batch_size)
         self.max_chunks = int(max_chunks)  # of a batch of unknown size (a TensorFlow graph)
         self._seed_states = [v for v in columns.non_trainable_variables if v.name == "seed_generator_state"]
+        if 2 * len(self._seed_states) > self._SPACING:
+            raise ValueError(f"{len(self._seed_states)} dropout layers: GradCache replays at most "
+                             f"{self._SPACING // 2}.")
         self.chunk_seeds = keras.random.SeedGenerator()
 
     def call(self, inputs, training=False):
