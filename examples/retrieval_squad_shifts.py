@@ -62,21 +62,26 @@ def main():
     train, test = split(passages, questions, args.test_paragraphs)
     print(f"{len(train)} training pairs; {len(test)} held-out questions searched against {len(passages)} passages")
     embedder = kbert.BertTextEmbedder.from_preset(args.preset or minilm_folder(), sequence_length=args.sequence_length)
-    before = evaluate(embedder, passages, test, args.batch_size)
+    fine_tune_and_compare(embedder, [q for q, _ in train], [p for _, p in train], passages, test, args)
 
+
+def fine_tune_and_compare(embedder, anchors, positives, corpus, test, args):
+    """Retrieval on `test` (queries and their right answers in `corpus`)
+    before and after fine-tuning on (anchor, positive) pairs with in-batch
+    negatives; prints both."""
+    before = evaluate(embedder, corpus, test, args.batch_size)
     embedder.compile(learning_rate=args.learning_rate)
     start = time.time()
-    embedder.fit(([q for q, _ in train], [p for _, p in train]), epochs=args.epochs, batch_size=args.batch_size,
-                 no_duplicates=True, seed=0, verbose=2)
+    embedder.fit((anchors, positives), epochs=args.epochs, batch_size=args.batch_size, no_duplicates=True, seed=0,
+                 verbose=2)
     seconds = time.time() - start
-    after = evaluate(embedder, passages, test, args.batch_size)
+    after = evaluate(embedder, corpus, test, args.batch_size)
 
     print(f"\nfine-tuning: {seconds:.0f} s for {args.epochs} epoch(s)\n")
     print(f"| {'':<7} | " + " | ".join(f"{name:>9}" for name in before) + " |")
     print("|---------|" + "|".join("-" * 11 for _ in before) + "|")
     for label, metrics in (("before", before), ("after", after)):
         print(f"| {label:<7} | " + " | ".join(f"{100 * v:9.1f}" for v in metrics.values()) + " |")
-
 
 if __name__ == "__main__":
     main()

@@ -22,14 +22,12 @@ recall@1, recall@10, MRR@10 and nDCG@10 before and after fine-tuning.
 
 import argparse
 import collections
-import time
 
 from example_data import minilm_folder
 from fact_verification_vitaminc import read_pairs
+from retrieval_squad_shifts import fine_tune_and_compare
 
 import kbert
-from kbert.metrics import retrieval_metrics
-from kbert.models.bert_text_embedder import semantic_search
 
 
 def held_out(evidences, claims):
@@ -48,13 +46,6 @@ def unseen(evidences, claims, test_evidences, test_claims):
     seen = set(test_evidences) | set(test_claims)
     kept = [(e, c) for e, c in zip(evidences, claims) if e not in seen and c not in seen]
     return [e for e, _ in kept], [c for _, c in kept]
-
-
-def evaluate(embedder, corpus, test, batch_size):
-    corpus_embeddings = embedder.encode(corpus, batch_size=batch_size)
-    _, ids = semantic_search(embedder.encode([c for c, _ in test], batch_size=batch_size), corpus_embeddings,
-                             top_k=10)
-    return retrieval_metrics(ids, [r for _, r in test], recall_at=(1, 10))
 
 
 def main():
@@ -80,21 +71,7 @@ def main():
     corpus, test = held_out(test_evidences, test_claims)
     print(f"{len(claims)} training pairs; {len(test)} held-out claims searched against {len(corpus)} evidences")
     embedder = kbert.BertTextEmbedder.from_preset(args.preset or minilm_folder(), sequence_length=args.sequence_length)
-    before = evaluate(embedder, corpus, test, args.batch_size)
-
-    embedder.compile(learning_rate=args.learning_rate)
-    start = time.time()
-    embedder.fit((claims, evidences), epochs=args.epochs, batch_size=args.batch_size,
-                 no_duplicates=True, seed=0, verbose=2)
-    seconds = time.time() - start
-    after = evaluate(embedder, corpus, test, args.batch_size)
-
-    print(f"\nfine-tuning: {seconds:.0f} s for {args.epochs} epoch(s)\n")
-    print(f"| {'':<7} | " + " | ".join(f"{name:>9}" for name in before) + " |")
-    print("|---------|" + "|".join("-" * 11 for _ in before) + "|")
-    for label, metrics in (("before", before), ("after", after)):
-        print(f"| {label:<7} | " + " | ".join(f"{100 * v:9.1f}" for v in metrics.values()) + " |")
-
+    fine_tune_and_compare(embedder, claims, evidences, corpus, test, args)
 
 if __name__ == "__main__":
     main()
