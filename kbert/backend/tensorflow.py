@@ -45,22 +45,26 @@ def gather_replicas(x):
 def remat_in_turn(run, count):
     @tf.custom_gradient
     def in_turn(anchor):  # (a custom gradient takes at least one tensor)
-        # In a graph, the way back below reads none of these calls' tensors:
-        # each is freed once the next call has used it.
+        # The way back below reads only these calls' outputs, none of the
+        # tensors inside them: in a graph, each call's activations are freed
+        # as soon as it has run, and the next runs after it.
         outputs = []
         for i in range(count):
             with tf.control_dependencies(outputs[-1:]):
                 outputs.append(tf.identity(run(i)))
 
         def gradient(*upstream, variables=None):
-            total = None
+            variables = list(variables or [])
+            total = [tf.zeros_like(v) for v in variables]
             for i in reversed(range(count)):
-                with tf.control_dependencies(total or []):  # one recomputation at a time
+                if upstream[i] is None:
+                    continue  # an output the loss does not use
+                with tf.control_dependencies(total):  # one recomputation at a time
                     with tf.GradientTape() as tape:
                         output = run(i)
                     grads = tape.gradient(output, variables, output_gradients=upstream[i])
                 grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
-                total = grads if total is None else [a + b for a, b in zip(total, grads)]
+                total = [a + b for a, b in zip(total, grads)]
             return tf.zeros_like(anchor), total
 
         return outputs, gradient
