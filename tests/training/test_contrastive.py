@@ -150,7 +150,6 @@ def test_fit_refuses_single_texts_with_the_default_loss(embedder):
     assert keras.saving.deserialize_keras_object(config).get_config()["symmetric"] is True
 
 
-
 @pytest.fixture(scope="module")
 def short_texts(minilm_dir):
     return kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=16)

