@@ -225,6 +225,9 @@ class BertTextEmbedder(Task):
                                             not isinstance(mini_batch_size, numbers.Integral) or mini_batch_size < 1):
             raise ValueError(f"mini_batch_size={mini_batch_size!r}: give a positive number of examples, or None.")
         if not (self.preprocessor is not None and isinstance(x, tuple) and not isinstance(x, tf.data.Dataset)):
+            if mini_batch_size is not None:
+                raise ValueError("mini_batch_size (GradCache) works on a tuple of lists of texts, e.g. "
+                                 "(anchors, positives); this input goes to Keras' fit as it is.")
             if self._is_raw(x) and (not self.compiled or getattr(self, "_default_loss", False)):
                 raise ValueError(
                     "BertTextEmbedder.fit takes a tuple of lists of texts: (anchors, positives) or (anchors, "

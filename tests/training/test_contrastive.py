@@ -178,6 +178,8 @@ def test_mini_batches_train_as_the_whole_batch(short_texts):
     assert max(np.abs(a - b).max() for a, b in zip(cached, whole)) < 1e-5
     with pytest.raises(ValueError, match="mini_batch_size=0: give a positive number"):
         tiny_embedder(short_texts, 0.0).fit((QUESTIONS, PASSAGES), mini_batch_size=0)
+    with pytest.raises(ValueError, match="mini_batch_size .GradCache. works on a tuple of lists of texts"):
+        tiny_embedder(short_texts, 0.0).fit(QUESTIONS, np.zeros((6, 16)), mini_batch_size=2)
 
 
 def test_mini_batches_replay_their_dropout_masks(short_texts, monkeypatch):
