@@ -29,13 +29,13 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 os.environ["KERAS_BACKEND"] = "tensorflow"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measured import measured  # noqa: E402
 
 GROUPS = ("matmul", "casts", "LayerNorm", "softmax", "dropout", "GELU", "optimizer", "loss and metrics",
           "bias gradients (BiasAddGrad)", "gradient sums (AddN)", "other")
@@ -181,7 +181,7 @@ def profile_one(args):
     if args.gemm:
         result["gemm_bfloat16"] = gemm_rate("bfloat16")
         result["gemm_float32"] = gemm_rate("float32")
-    print("RESULT " + json.dumps(result))
+    print(json.dumps(result))
 
 
 def main():
@@ -205,11 +205,10 @@ def main():
         command = [sys.executable, __file__, "--one", library, "--batch-size", str(args.batch_size),
                    "--length", str(args.length), "--warmup", str(args.warmup), "--steps", str(args.steps)]
         command += ["--gemm"] if i == 0 else []
-        out = subprocess.run(command, capture_output=True, text=True)
-        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-        if not lines:
-            sys.exit(f"{library} failed:\n{out.stderr[-3000:]}")
-        results.append(json.loads(lines[-1][len("RESULT "):]))
+        result = measured(command, library, tail=3000)
+        if result is None:
+            sys.exit(f"{library} failed (above)")
+        results.append(result)
 
     print(f"MiniLM-L6 training step, batch {args.batch_size} x {args.length}, TensorFlow, mixed_bfloat16; "
           f"medians of {args.steps} profiled steps after {args.warmup} warm-up steps\n")
