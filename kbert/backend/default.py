@@ -8,7 +8,7 @@ import keras
 from keras import ops
 
 
-def dense(x, kernel, bias, activation=None):
+def dense(x, kernel, bias, activation=None, training=False):
     y = ops.matmul(x, kernel) + bias
     if activation is None:
         return y

@@ -1,17 +1,39 @@
 """TensorFlow's implementations of kbert's primitives (public TF APIs only)."""
 
+import math
+
 import tensorflow as tf
 
 from kbert.backend import default
 
 
-def dense(x, kernel, bias, activation=None):
+@tf.custom_gradient
+def _erf_gelu(x):
+    # `tf.nn.gelu` is `0.5 * x * erfc(-x / sqrt(2))`, and Eigen's Erfc (and the
+    # gradient autodiff builds through it) runs element by element: 63 ms
+    # forward and back for [4096, 1536] in bfloat16 on 2 cores, against 21 ms
+    # for this form, the same function with its derivative written out.
+    cdf = 0.5 * (1.0 + tf.math.erf(x * (1 / math.sqrt(2))))
+
+    def gradient(upstream):
+        pdf = tf.exp(-0.5 * tf.square(x)) * (1 / math.sqrt(2 * math.pi))
+        return upstream * (cdf + x * pdf)
+
+    return x * cdf, gradient
+
+
+def dense(x, kernel, bias, activation=None, training=False):
     # A 2-D `MatMul` + `BiasAdd` (+ `Gelu`) is the pattern oneDNN's graph
     # rewriter fuses into one kernel; Keras' batched matmul and separate add
     # are not (for BERT-base inference the feed-forward's exact GELU alone
-    # otherwise costs a tenth of the time).
+    # otherwise costs a tenth of the time). In training the gradient needs
+    # the GELU's input anyway, so nothing is fused, and the exact GELU is
+    # applied by `_erf_gelu` instead.
     flat = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel), bias)
-    if activation is not None:
+    if activation == "gelu" and training:
+        with tf.name_scope("gelu"):
+            flat = _erf_gelu(flat)
+    elif activation is not None:
         flat = tf.nn.gelu(flat, approximate=activation == "gelu_approximate")
     return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[-1]]], axis=0))
 

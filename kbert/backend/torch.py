@@ -29,7 +29,7 @@ def _torch_dtype(dtype):
     return getattr(torch, keras.backend.standardize_dtype(dtype))
 
 
-def dense(x, kernel, bias, activation=None):
+def dense(x, kernel, bias, activation=None, training=False):
     # `linear` adds the bias inside the matmul (`addmm`): one kernel.
     y = torch.nn.functional.linear(x, kernel.T, bias)
     if activation is None:

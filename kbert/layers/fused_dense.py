@@ -14,10 +14,12 @@ from kbert import backend
 from kbert.layers.gelu import gelu
 
 
-def fused_dense(layer, x, activation=None, compute_dtype=None):
+def fused_dense(layer, x, activation=None, compute_dtype=None, training=False):
     """`activation(layer(x))` for a built `keras.layers.Dense`; `activation`
     is None, "gelu" or "gelu_approximate". `compute_dtype`: the dtype of the
-    matmul (the calling layer's; defaults to `layer.compute_dtype`). LoRA
+    matmul (the calling layer's; defaults to `layer.compute_dtype`).
+    `training`: whether a gradient will be taken (`kbert.backend.dense`
+    applies the GELU in the form that trains faster then). LoRA
     is kept (`layer.kernel` includes it); a quantized layer, or one without
     a bias or with its own activation, is simply called."""
     plain = layer.use_bias and layer.activation is keras.activations.linear
@@ -28,4 +30,4 @@ def fused_dense(layer, x, activation=None, compute_dtype=None):
     compute_dtype = compute_dtype or layer.compute_dtype
     kernel = ops.cast(layer.kernel, compute_dtype)
     bias = ops.cast(layer.bias, compute_dtype)
-    return backend.dense(ops.cast(x, compute_dtype), kernel, bias, activation)
+    return backend.dense(ops.cast(x, compute_dtype), kernel, bias, activation, training=bool(training))

@@ -176,8 +176,8 @@ class TransformerEncoder(keras.layers.Layer):
         the neighbouring op (PyTorch, in training, with kbert's own mask)."""
         return bool(training) and backend.fuses_keep_masks() and dropout.draws_its_own_mask()
 
-    def _dense(self, layer, x, activation=None):
-        return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype)
+    def _dense(self, layer, x, activation=None, training=False):
+        return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype, training=training)
 
     def call(
         self, inputs, padding_mask=None, training=None, return_attention_scores=False, first_token_only=False,
@@ -188,7 +188,7 @@ class TransformerEncoder(keras.layers.Layer):
             inputs, queries, padding_mask, training, return_attention_scores, sequence_ids
         )
         x = self.attention_layer_norm(self._residual(queries, attended, training))
-        h = self._dense(self.intermediate, x, activation=self.activation)
+        h = self._dense(self.intermediate, x, activation=self.activation, training=training)
         h = self._dense(self.output_dense, h)
         x = self.output_layer_norm(self._residual(x, h, training))
         if return_attention_scores:

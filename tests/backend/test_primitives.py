@@ -53,6 +53,33 @@ def test_dense_equals_the_default(shape, activation):
                                to_numpy(default.dense(x, kernel, bias, activation)), atol=1e-5)
 
 
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="only TensorFlow applies the GELU differently in training")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dense_in_training_has_the_default_values_and_gradients(dtype):
+    import tensorflow as tf
+
+    # Inputs to the GELU from -9 to 9: its tails, where erf and erfc differ most.
+    x = tf.cast(tf.linspace(-3.0, 3.0, 2 * 3 * 16), dtype)
+    x = tf.reshape(x, (2, 3, 16))
+    kernel = tf.cast(tf.eye(16, 8) * 3.0 + tensor((16, 8), 1) * 0.01, dtype)
+    bias, weights = tf.cast(tensor((8,), 2) * 0.1, dtype), tf.cast(tensor((2, 3, 8), 3), dtype)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, None, 16), dtype)])  # unknown dimensions, as in a model
+    def value_and_gradients(x, dense=backend.dense, training=True):
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel, bias])
+            y = dense(x, kernel, bias, "gelu", training=training)
+            loss = tf.reduce_sum(tf.cast(y * weights, "float32"))
+        return [y, *tape.gradient(loss, [x, kernel, bias])]
+
+    ours = value_and_gradients(x)
+    autodiff = tf.function(lambda x: value_and_gradients.python_function(x, default.dense, False))(x)
+    tolerance = {"float32": 1e-6, "bfloat16": 2e-2}[dtype]  # bfloat16: 8 significant bits
+    for a, b in zip(ours, autodiff):
+        a, b = to_numpy(tf.cast(a, "float32")), to_numpy(tf.cast(b, "float32"))
+        np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance * np.abs(b).max())
+
+
 @pytest.mark.parametrize("draw", [backend.random_int16, default.random_int16], ids=["backend", "default"])
 def test_random_int16_sets_each_of_the_16_bits_half_the_time(draw):
     seed = keras.random.SeedGenerator(1)
