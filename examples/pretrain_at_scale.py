@@ -22,7 +22,8 @@ with what a run of days on many accelerators needs:
   preempted machine) and start it again with the same arguments: it resumes
   at the step it backed up, on the same stream of batches;
 - TensorBoard logs: `tensorboard --logdir <run-dir>/logs`; real (non-padding)
-  tokens/s and the padding share are printed at the end.
+  tokens/s and the padding share are printed at the end, and the loss
+  curves written to `<run-dir>/loss.png`.
 
     python examples/pretrain_at_scale.py                     # a few minutes on 2 CPU cores
     python examples/pretrain_at_scale.py --no-packing        # the same pairs, one per row
@@ -147,6 +148,8 @@ def main():
           f"{padding:.1%} padding")
     for mlm, nsp in zip(history.history["mlm_logits_loss"], history.history["nsp_logits_loss"]):
         print(f"  masked LM loss {mlm:.3f}  next sentence loss {nsp:.3f}")
+    if not done:  # (a resumed run's history starts at the resume)
+        kbert.plots.plot_history(history, path=os.path.join(args.run_dir, "loss.png"))
     for text in ["she was [MASK] to see him.", "it is a truth universally [MASK] that a single man must want a wife.",
                  "mr. darcy [MASK] the room."]:
         guesses = model.fill_mask([text], top_k=5)[0][0]

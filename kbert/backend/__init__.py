@@ -28,6 +28,7 @@ PRIMITIVES = (
     "adamw_step",
     "rows_once",
     "gather_replicas",
+    "sum_replicas",
     "remat_in_turn",
 )
 
@@ -125,6 +126,15 @@ def gather_replicas(x):
     outside a strategy, with one replica, and on JAX (whose arrays already
     span every device) and PyTorch."""
     return _current().gather_replicas(x)
+
+
+def sum_replicas(values):
+    """`values` (a list of tensors, each replica's own) summed over the
+    replicas of a `tf.distribute` strategy, in every replica: e.g. the
+    gradient of the global batch from the replicas' gradients of theirs.
+    `values` themselves outside a strategy, with one replica, and on JAX and
+    PyTorch (whose gradients are already of the global batch)."""
+    return _current().sum_replicas(values)
 
 
 def remat_in_turn(run, count):

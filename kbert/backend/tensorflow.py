@@ -64,6 +64,13 @@ def gather_replicas(x):
     return context.all_gather(x, axis=0)
 
 
+def sum_replicas(values):
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return values
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
+
+
 def remat_in_turn(run, count):
     @tf.custom_gradient
     def in_turn(anchor):  # (a custom gradient takes at least one tensor)

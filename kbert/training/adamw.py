@@ -40,9 +40,29 @@ class AdamW(keras.optimizers.AdamW):
         return {**super().get_config(), "bias_corrected_epsilon": self.bias_corrected_epsilon}
 
     def _clip_gradients(self, grads):
-        if self.global_clipnorm:
-            grads = [backend.rows_once(g) for g in grads]
+        # (Keras calls this on every step, clipping or not, just before the update.)
+        # TensorFlow's sparse gradients hold a row once per use in the batch,
+        # and Keras' Adam squares them before it adds the repeated rows up:
+        # the second moment of a position embedding, used by every row, then
+        # comes out smaller and its step larger (1.9x on a tiny pre-trainer).
+        # Keras' clipping does the same (a norm of the slices). Each row once:
+        grads = [backend.rows_once(g) for g in grads]
+        if (self.global_clipnorm or self.clipnorm) and hasattr(keras.optimizers.AdamW, "_all_reduce_sum_gradients"):
+            # Under a tf.distribute strategy Keras clips each replica's
+            # gradient before it sums them: the norm would be of a share of
+            # the batch. Summed first, the norm is of the global batch's
+            # gradient, as on one device (the sum is not repeated below).
+            grads = backend.sum_replicas(grads)
+            self._replicas_summed = keras.backend.backend() == "tensorflow"
         return super()._clip_gradients(grads)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        # Keras' TensorFlow optimizer sums the replicas' gradients here, after
+        # `_clip_gradients`, unless that summed them already.
+        if getattr(self, "_replicas_summed", False):
+            self._replicas_summed = False
+            return grads_and_vars
+        return super()._all_reduce_sum_gradients(grads_and_vars)
 
     def _keras_epsilon(self, beta_2_power):
         """The epsilon that Keras' update adds for this one's."""

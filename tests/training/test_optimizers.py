@@ -156,3 +156,24 @@ def test_schedule_floor_decays_to_a_share_of_the_peak():
                                atol=1e-6)
     with pytest.raises(ValueError, match=r"floor in \[0, 1\]"):
         kbert.training.WarmupLinearDecay(1.0, 10, 1, floor=2.0)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's sparse gradients of a lookup")
+def test_adam_steps_an_embedding_row_used_twice_by_its_summed_gradient():
+    import tensorflow as tf
+
+    def two_steps(sparse):
+        table = keras.Variable(np.ones((4, 2), "float32"))
+        optimizer = kbert.training.AdamW(learning_rate=0.1, weight_decay=0.0, global_clipnorm=None)
+        for scale in (1.0, 0.25):
+            with tf.GradientTape() as tape:
+                rows = tf.gather(table.value, [0, 0, 1])  # row 0 twice
+                loss = tf.reduce_sum(rows * [[3.0, -1.0], [3.0, 1.0], [0.0, 8.0]]) * scale
+            gradient = tape.gradient(loss, table.value)
+            assert isinstance(gradient, tf.IndexedSlices)
+            optimizer.apply_gradients([(gradient if sparse else tf.convert_to_tensor(gradient), table)])
+        return keras.ops.convert_to_numpy(table)
+
+    # Keras' Adam alone squares the slices [3, -1] and [3, 1] (9 + 9, 1 + 1)
+    # instead of their sum [6, 0] (36, 0): a different step for row 0.
+    np.testing.assert_allclose(two_steps(sparse=True), two_steps(sparse=False), rtol=1e-6)

@@ -1,6 +1,7 @@
 """Pre-training at scale on shards: the XLA-compiled train step on packed,
 fixed-shape batches trains as the uncompiled one, and workers of a
-MultiWorkerMirroredStrategy read disjoint shards covering every row once.
+MultiWorkerMirroredStrategy read disjoint shards covering every row once and
+train as one device on the global batches they read.
 
 The multi-worker test starts this file as each worker:
 
@@ -80,7 +81,7 @@ def test_compiled_train_step_on_packed_batches_trains_as_the_uncompiled_one(shar
 # (In the jax pass, to share the time out: the workers are tensorflow processes.)
 @pytest.mark.skipif(keras.backend.backend() != "jax",
                     reason="runs once, in the jax pass; it starts its own tensorflow processes")
-def test_two_workers_read_disjoint_shards_covering_every_row_once(shards, tmp_path):
+def test_two_workers_read_disjoint_shards_and_train_as_one_device(shards, tmp_path):
     from tests.text.test_pretraining_data import one_epoch, sequences
     from tests.training.test_distribution import free_ports
     from tests.training.tiny_run import finish
@@ -91,7 +92,7 @@ def test_two_workers_read_disjoint_shards_covering_every_row_once(shards, tmp_pa
         tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow", "TF_CONFIG": tf_config}
         processes.append(subprocess.Popen(
-            [sys.executable, "-m", "tests.training.test_pretraining_scale", shards, str(tmp_path / f"{index}.json")],
+            [sys.executable, "-m", "tests.training.test_pretraining_scale", shards, str(tmp_path / f"{index}")],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     everything = sequences(one_epoch(shards, 2, drop_remainder=False))  # meanwhile, here
     for process in processes:
@@ -102,11 +103,58 @@ def test_two_workers_read_disjoint_shards_covering_every_row_once(shards, tmp_pa
     assert not set(shares[0]) & set(shares[1]), "a row was read by both workers"
     assert sorted(shares[0] + shares[1]) == sorted(everything), "the workers did not read every row once"
 
+    # Training: each step's global batch is the two workers' local batches.
+    runs = [np.load(tmp_path / f"{index}.npz") for index in range(2)]
+    initial, trained = (unflatten(runs[0], name) for name in ("initial", "trained"))
+    np.testing.assert_array_equal(unflatten(runs[1], "trained")[0], trained[0])  # one model, mirrored
+    model = build_pretrainer(len(open(os.path.join(shards, "vocab.txt")).read().splitlines()))
+    model.compile(optimizer=worker_optimizer())
+    model.set_weights(initial)
+    for step in range(STEPS):
+        local = [[unflatten(run, f"step{step}_{part}") for part in ("x", "y", "w")] for run in runs]
+        x, y, w = (keras.tree.map_structure(lambda *halves: np.concatenate(halves), *parts) for parts in zip(*local))
+        # Each replica's loss is its weighted mean (over its masked tokens, its
+        # sequences), and the strategy averages the replicas' gradients, as
+        # BERT's TPU code does: on one device, the weights of each half sum to 1.
+        w = {name: np.concatenate([half[2][name] / half[2][name].sum() for half in local]) for name in w}
+        model.train_on_batch(x, y, sample_weight=w)
+    moved = max(np.abs(a - b).max() for a, b in zip(initial, trained))
+    assert moved > 1e-4, "the workers did not train"
+    difference = max(np.abs(a - b).max() for a, b in zip(model.get_weights(), trained))
+    assert difference < 1e-5, f"the workers' weights differ from one device's by {difference:.2e} (moved {moved:.2e})"
 
-def read_one_epoch_as_a_worker(shards, out):
+
+STEPS = 2
+
+
+def worker_optimizer():
+    import kbert
+
+    return kbert.training.pretraining_optimizer(STEPS, learning_rate=1e-3, warmup_steps=1, global_clipnorm=1.0)
+
+
+def unflatten(saved, name):
+    """What `flatten_into` saved under `name`: a list of arrays, or a structure."""
+    if f"{name}.keys" in saved:
+        return {key: saved[f"{name}.{key}"] for key in saved[f"{name}.keys"]}
+    return [saved[f"{name}.{i}"] for i in range(int(saved[f"{name}.count"]))]
+
+
+def flatten_into(saved, name, value):
+    if isinstance(value, dict):
+        saved[f"{name}.keys"] = np.array(sorted(value))
+        saved.update({f"{name}.{key}": v for key, v in value.items()})
+    else:
+        saved[f"{name}.count"] = np.array(len(value))
+        saved.update({f"{name}.{i}": v for i, v in enumerate(value)})
+
+
+def read_and_train_as_a_worker(shards, out):
     """One worker: reads an epoch through the strategy as Keras' `fit` does
-    (experimental_distribute_dataset, which shards by file), writes the
-    sequences it got."""
+    (experimental_distribute_dataset, which shards by file) and writes the
+    sequences it got to OUT.json; then `fit`s a pre-trainer for STEPS steps of
+    global batches of 2 * BATCH rows and writes to OUT.npz its initial and
+    trained weights and the local batches that its replica trained on."""
     import tensorflow as tf
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before any other op
@@ -119,9 +167,34 @@ def read_one_epoch_as_a_worker(shards, out):
     for batch in strategy.experimental_distribute_dataset(dataset):
         local = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], batch)
         batches.append(tf.nest.map_structure(lambda t: t.numpy(), local))
-    with open(out, "w") as f:
+    with open(out + ".json", "w") as f:
         json.dump([[int(t) for t in s] for s in sequences(batches)], f)
+
+    vocabulary_size = len(open(os.path.join(shards, "vocab.txt")).read().splitlines())
+    keras.utils.set_random_seed(0)  # the same initial weights on both workers
+    with strategy.scope():
+        model = build_pretrainer(vocabulary_size)
+        model.compile(optimizer=worker_optimizer())
+    saved, seen, structure = {}, [], []
+    flatten_into(saved, "initial", model.get_weights())
+    train_step = model.train_step
+
+    def recording_train_step(data):
+        # The batch this worker's replica trains on, as `fit` gives it.
+        structure.append(data)
+        flat = tf.nest.flatten(data)
+        with tf.control_dependencies([tf.py_function(lambda *t: seen.append([v.numpy() for v in t]), flat, [])]):
+            return train_step(data)
+
+    model.train_step = recording_train_step
+    model.fit(kbert.text.pretraining_dataset(shards, 2 * BATCH, seed=0), steps_per_epoch=STEPS, verbose=0)
+    assert len(seen) == STEPS, len(seen)
+    for step, flat in enumerate(seen):
+        for part, value in zip(("x", "y", "w"), tf.nest.pack_sequence_as(structure[0], flat)):
+            flatten_into(saved, f"step{step}_{part}", value)
+    flatten_into(saved, "trained", model.get_weights())
+    np.savez(out + ".npz", **saved)
 
 
 if __name__ == "__main__":
-    read_one_epoch_as_a_worker(*sys.argv[1:])
+    read_and_train_as_a_worker(*sys.argv[1:])
