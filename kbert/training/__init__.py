@@ -16,7 +16,7 @@ because on some CPUs its oneDNN kernels kill the process
 """
 
 from kbert.training import precision
-from kbert.training.adamw import AdamW
+from kbert.training.adamw import AdamW, Lamb
 from kbert.training.distribution import data_parallel, strategy
 from kbert.training.optimizers import (
     WarmupLinearDecay,

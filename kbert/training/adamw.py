@@ -1,12 +1,47 @@
-"""AdamW with one fused kernel per step where the backend has one (PyTorch)."""
+"""AdamW with one fused kernel per step where the backend has one (PyTorch), and
+LAMB; both take the gradient of the global batch on TensorFlow."""
 
 import keras
 
 from kbert import backend
 
 
+class GlobalBatchGradients:
+    """Mixed into kbert's optimizers (`AdamW`, `Lamb`): on TensorFlow, each
+    step's update takes the gradient that one device computes on the global
+    batch. Two Keras 3 behaviours on TensorFlow are changed (elsewhere both
+    methods keep Keras' result): sparse gradients of embedding lookups are
+    made dense, and under a `tf.distribute` strategy with clipping the
+    replicas' gradients are summed before the norm is taken."""
+
+    def _clip_gradients(self, grads):
+        # (Keras calls this on every step, clipping or not, just before the update.)
+        # TensorFlow's sparse gradients hold a row once per use in the batch,
+        # and Keras' Adam squares them before it adds the repeated rows up:
+        # the second moment of a position embedding, used by every row, then
+        # comes out smaller and its step larger (1.9x on a tiny pre-trainer).
+        # Keras' clipping does the same (a norm of the slices). Each row once:
+        grads = [backend.rows_once(g) for g in grads]
+        if (self.global_clipnorm or self.clipnorm) and hasattr(super(), "_all_reduce_sum_gradients"):
+            # Under a tf.distribute strategy Keras clips each replica's
+            # gradient before it sums them: the norm would be of a share of
+            # the batch. Summed first, the norm is of the global batch's
+            # gradient, as on one device (the sum is not repeated below).
+            grads = backend.sum_replicas(grads)
+            self._replicas_summed = keras.backend.backend() == "tensorflow"
+        return super()._clip_gradients(grads)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        # Keras' TensorFlow optimizer sums the replicas' gradients here, after
+        # `_clip_gradients`, unless that summed them already.
+        if getattr(self, "_replicas_summed", False):
+            self._replicas_summed = False
+            return grads_and_vars
+        return super()._all_reduce_sum_gradients(grads_and_vars)
+
+
 @keras.saving.register_keras_serializable(package="kbert")
-class AdamW(keras.optimizers.AdamW):
+class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW`; on PyTorch one fused kernel per step
     (`kbert.backend.adamw_step`: what `torch.optim.AdamW(fused=True)` runs).
     TensorFlow and JAX keep Keras' update.
@@ -17,8 +52,9 @@ class AdamW(keras.optimizers.AdamW):
     BERT fine-tuning the update is a few percent of a step on a CPU (the
     30,522-row word embedding is updated densely).
 
-    Same update as Keras: the decay `w -= learning_rate * weight_decay * w`
-    first (none on the excluded variables), then Adam's. Variables, moments
+    Gradients as `GlobalBatchGradients` gives them. Same update as Keras:
+    the decay `w -= learning_rate * weight_decay * w` first (none on the
+    excluded variables), then Adam's. Variables, moments
     and checkpoints are Keras'. `amsgrad`, and weights that are not float32,
     take Keras' update.
 
@@ -38,31 +74,6 @@ class AdamW(keras.optimizers.AdamW):
 
     def get_config(self):
         return {**super().get_config(), "bias_corrected_epsilon": self.bias_corrected_epsilon}
-
-    def _clip_gradients(self, grads):
-        # (Keras calls this on every step, clipping or not, just before the update.)
-        # TensorFlow's sparse gradients hold a row once per use in the batch,
-        # and Keras' Adam squares them before it adds the repeated rows up:
-        # the second moment of a position embedding, used by every row, then
-        # comes out smaller and its step larger (1.9x on a tiny pre-trainer).
-        # Keras' clipping does the same (a norm of the slices). Each row once:
-        grads = [backend.rows_once(g) for g in grads]
-        if (self.global_clipnorm or self.clipnorm) and hasattr(keras.optimizers.AdamW, "_all_reduce_sum_gradients"):
-            # Under a tf.distribute strategy Keras clips each replica's
-            # gradient before it sums them: the norm would be of a share of
-            # the batch. Summed first, the norm is of the global batch's
-            # gradient, as on one device (the sum is not repeated below).
-            grads = backend.sum_replicas(grads)
-            self._replicas_summed = keras.backend.backend() == "tensorflow"
-        return super()._clip_gradients(grads)
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        # Keras' TensorFlow optimizer sums the replicas' gradients here, after
-        # `_clip_gradients`, unless that summed them already.
-        if getattr(self, "_replicas_summed", False):
-            self._replicas_summed = False
-            return grads_and_vars
-        return super()._all_reduce_sum_gradients(grads_and_vars)
 
     def _keras_epsilon(self, beta_2_power):
         """The epsilon that Keras' update adds for this one's."""
@@ -122,3 +133,9 @@ class AdamW(keras.optimizers.AdamW):
                 weight_decay=self.weight_decay if decay else 0.0,
             )
 
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class Lamb(GlobalBatchGradients, keras.optimizers.Lamb):
+    """`keras.optimizers.Lamb` taking the gradients `GlobalBatchGradients`
+    gives (Keras' update would square a repeated row's sparse slices too)."""

