@@ -8,7 +8,8 @@ warm-up over the first 10% of steps (rounded up), linear decay to 0, gradients
 clipped to norm 1.0.
 
 - kbert: the task model's `fit` on raw input with its default `compile`
-  (`--kbert-compile` adds compile arguments, e.g. `schedule="constant"`);
+  (`--kbert-compile` adds compile arguments, e.g. `schedule="constant"`;
+  `--kbert-model` from_preset arguments, e.g. `length_groups=0`);
 - transformers: `BertFor...` in a plain PyTorch loop doing what `Trainer`
   does, tokenized by `BertTokenizerFast`: labels on each word's first piece
   (-100 elsewhere, as `run_ner.py`), dynamic padding.
@@ -79,7 +80,7 @@ def kbert_ner(args, recipe):
     keras.utils.set_random_seed(args.seed)
     model = kbert.BertTokenClassifier.from_preset(minilm_folder(), num_classes=len(class_names),
                                                   class_names=class_names, dtype="float32",
-                                                  sequence_length=recipe["sequence_length"])
+                                                  sequence_length=recipe["sequence_length"], **args.kbert_model)
     model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
     model.fit([w for w, _ in train], [t for _, t in train], batch_size=recipe["batch_size"], epochs=args.epochs,
               verbose=0)
@@ -95,7 +96,7 @@ def kbert_mr(args, recipe):
     train, test = mr_data(args)
     keras.utils.set_random_seed(args.seed)
     model = kbert.BertClassifier.from_preset(minilm_folder(), num_classes=2, dtype="float32",
-                                             sequence_length=recipe["sequence_length"])
+                                             sequence_length=recipe["sequence_length"], **args.kbert_model)
     model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
     model.fit(*train, batch_size=recipe["batch_size"], epochs=args.epochs, verbose=0)
     return float(np.mean(np.argmax(model.predict(test[0], batch_size=128, verbose=0), -1) == test[1]))
@@ -213,6 +214,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-train-examples", type=int, default=0, help="0: all (NER 1,994 tweets, MR 9,545)")
     parser.add_argument("--kbert-compile", type=json.loads, default={}, help="JSON of extra compile arguments")
+    parser.add_argument("--kbert-model", type=json.loads, default={},
+                        help='JSON of extra from_preset arguments, e.g. {"length_groups": 0}')
     parser.add_argument("--run", help=argparse.SUPPRESS)  # side:task:seed, in the subprocess
     args = parser.parse_args()
     if args.run:
@@ -226,7 +229,8 @@ def main():
     import keras
 
     print(f"epochs {args.epochs}, training examples {args.max_train_examples or 'all'}, kbert on "
-          f"{os.environ.get('KERAS_BACKEND', keras.backend.backend())}, kbert compile {args.kbert_compile}",
+          f"{os.environ.get('KERAS_BACKEND', keras.backend.backend())}, kbert compile {args.kbert_compile}, "
+          f"kbert model {args.kbert_model}",
           flush=True)
     scores = {}
     for task in args.tasks.split(","):
@@ -234,7 +238,8 @@ def main():
             for side in args.sides.split(","):
                 command = [sys.executable, __file__, "--run", f"{side}:{task}:{seed}", "--epochs", str(args.epochs),
                            "--max-train-examples", str(args.max_train_examples),
-                           "--kbert-compile", json.dumps(args.kbert_compile)]
+                           "--kbert-compile", json.dumps(args.kbert_compile),
+                           "--kbert-model", json.dumps(args.kbert_model)]
                 result = measured(command, f"{side} {task} seed {seed}", tail=800)
                 if result is None:
                     continue
