@@ -130,7 +130,7 @@ STEPS = 2
 def worker_optimizer():
     import kbert
 
-    return kbert.training.pretraining_optimizer(STEPS, learning_rate=1e-3, warmup_steps=1, global_clipnorm=1.0)
+    return kbert.training.pretraining_optimizer(STEPS, learning_rate=1e-3, warmup_steps=0, global_clipnorm=1.0)
 
 
 def unflatten(saved, name):
