@@ -16,8 +16,9 @@ def _erf_gelu(x):
     cdf = 0.5 * (1.0 + tf.math.erf(x * (1 / math.sqrt(2))))
 
     def gradient(upstream):
-        pdf = tf.exp(-0.5 * tf.square(x)) * (1 / math.sqrt(2 * math.pi))
-        return upstream * (cdf + x * pdf)
+        with tf.name_scope("gelu_gradient"):
+            pdf = tf.exp(-0.5 * tf.square(x)) * (1 / math.sqrt(2 * math.pi))
+            return upstream * (cdf + x * pdf)
 
     return x * cdf, gradient
 
