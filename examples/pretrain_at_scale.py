@@ -23,7 +23,7 @@ with what a run of days on many accelerators needs:
   at the step it backed up, on the same stream of batches;
 - TensorBoard logs: `tensorboard --logdir <run-dir>/logs`; real (non-padding)
   tokens/s and the padding share are printed at the end, and the loss
-  curves written to `<run-dir>/loss.png`.
+  curves of the whole run (restarts included) written to `<run-dir>/loss.png`.
 
     python examples/pretrain_at_scale.py                     # a few minutes on 2 CPU cores
     python examples/pretrain_at_scale.py --no-packing        # the same pairs, one per row
@@ -34,6 +34,7 @@ The run needs the TensorFlow backend (tf.distribute); it sets it if unset.
 """
 
 import argparse
+import csv
 import gzip
 import os
 import time
@@ -135,6 +136,11 @@ def main():
     if done:
         print(f"resuming after step {done} of {total_steps}")
     callbacks = kbert.training.callbacks(args.run_dir, monitor=None, save_freq=args.backup_every)
+    # Each epoch's means, kept across restarts: the loss curves cover the whole run.
+    history_csv = os.path.join(args.run_dir, "history.csv")
+    if not done and os.path.exists(history_csv):
+        os.remove(history_csv)  # a new run (a finished one leaves no backup)
+    callbacks.append(keras.callbacks.CSVLogger(history_csv, append=True))
     # The global batch: under a strategy each worker reads its own shards and
     # each replica gets batch_size / replicas rows of every batch.
     batches = kbert.text.pretraining_dataset(folder, args.batch_size, seed=args.seed).repeat().skip(done)
@@ -148,8 +154,11 @@ def main():
           f"{padding:.1%} padding")
     for mlm, nsp in zip(history.history["mlm_logits_loss"], history.history["nsp_logits_loss"]):
         print(f"  masked LM loss {mlm:.3f}  next sentence loss {nsp:.3f}")
-    if not done:  # (a resumed run's history starts at the resume)
-        kbert.plots.plot_history(history, path=os.path.join(args.run_dir, "loss.png"))
+    with open(history_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    curves = {name: [float(row[name]) for row in rows] for name in rows[0]
+              if name != "epoch" and rows[0][name] != "NA"}  # (CSVLogger's val_ columns hold NA)
+    kbert.plots.plot_history(curves, path=os.path.join(args.run_dir, "loss.png"))
     for text in ["she was [MASK] to see him.", "it is a truth universally [MASK] that a single man must want a wife.",
                  "mr. darcy [MASK] the room."]:
         guesses = model.fill_mask([text], top_k=5)[0][0]
