@@ -22,20 +22,23 @@ class GlobalBatchGradients:
         # comes out smaller and its step larger (1.9x on a tiny pre-trainer).
         # Keras' clipping does the same (a norm of the slices). Each row once:
         grads = [backend.rows_once(g) for g in grads]
-        if (self.global_clipnorm or self.clipnorm) and hasattr(super(), "_all_reduce_sum_gradients"):
+        if self._sums_replicas_before_clipping():
             # Under a tf.distribute strategy Keras clips each replica's
             # gradient before it sums them: the norm would be of a share of
             # the batch. Summed first, the norm is of the global batch's
-            # gradient, as on one device (the sum is not repeated below).
+            # gradient, as on one device.
             grads = backend.sum_replicas(grads)
-            self._replicas_summed = keras.backend.backend() == "tensorflow"
         return super()._clip_gradients(grads)
+
+    def _sums_replicas_before_clipping(self):
+        # Only where Keras' optimizer sums them in `_all_reduce_sum_gradients`
+        # (TensorFlow's), which then leaves them as they are.
+        return bool(self.global_clipnorm or self.clipnorm) and hasattr(super(), "_all_reduce_sum_gradients")
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
         # Keras' TensorFlow optimizer sums the replicas' gradients here, after
         # `_clip_gradients`, unless that summed them already.
-        if getattr(self, "_replicas_summed", False):
-            self._replicas_summed = False
+        if self._sums_replicas_before_clipping():
             return grads_and_vars
         return super()._all_reduce_sum_gradients(grads_and_vars)
 
@@ -132,7 +135,6 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
                 epsilon=float(self._keras_epsilon(self.beta_2**step)),
                 weight_decay=self.weight_decay if decay else 0.0,
             )
-
 
 
 @keras.saving.register_keras_serializable(package="kbert")

@@ -83,7 +83,7 @@ def test_compiled_train_step_on_packed_batches_trains_as_the_uncompiled_one(shar
                     reason="runs once, in the jax pass; it starts its own tensorflow processes")
 def test_two_workers_read_disjoint_shards_and_train_as_one_device(shards, tmp_path):
     from tests.text.test_pretraining_data import one_epoch, sequences
-    from tests.training.test_distribution import free_ports
+    from tests.training.test_distribution import free_ports, weights
     from tests.training.tiny_run import finish
 
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
@@ -104,14 +104,14 @@ def test_two_workers_read_disjoint_shards_and_train_as_one_device(shards, tmp_pa
     assert sorted(shares[0] + shares[1]) == sorted(everything), "the workers did not read every row once"
 
     # Training: each step's global batch is the two workers' local batches.
-    runs = [np.load(tmp_path / f"{index}.npz") for index in range(2)]
-    initial, trained = (unflatten(runs[0], name) for name in ("initial", "trained"))
-    np.testing.assert_array_equal(unflatten(runs[1], "trained")[0], trained[0])  # one model, mirrored
+    initial, trained = (weights(tmp_path / "0.npz", name) for name in ("initial", "trained"))
+    np.testing.assert_array_equal(weights(tmp_path / "1.npz", "trained")[0], trained[0])  # one model, mirrored
+    runs = [np.load(tmp_path / f"{index}-batches.npz") for index in range(2)]
     model = build_pretrainer(len(open(os.path.join(shards, "vocab.txt")).read().splitlines()))
     model.compile(optimizer=worker_optimizer())
     model.set_weights(initial)
     for step in range(STEPS):
-        local = [[unflatten(run, f"step{step}_{part}") for part in ("x", "y", "w")] for run in runs]
+        local = [[batch_part(run, f"step{step}_{part}") for part in ("x", "y", "w")] for run in runs]
         x, y, w = (keras.tree.map_structure(lambda *halves: np.concatenate(halves), *parts) for parts in zip(*local))
         # Each replica's loss is its weighted mean (over its masked tokens, its
         # sequences), and the strategy averages the replicas' gradients, as
@@ -133,34 +133,25 @@ def worker_optimizer():
     return kbert.training.pretraining_optimizer(STEPS, learning_rate=1e-3, warmup_steps=0, global_clipnorm=1.0)
 
 
-def unflatten(saved, name):
-    """What `flatten_into` saved under `name`: a list of arrays, or a structure."""
-    if f"{name}.keys" in saved:
-        return {key: saved[f"{name}.{key}"] for key in saved[f"{name}.keys"]}
-    return [saved[f"{name}.{i}"] for i in range(int(saved[f"{name}.count"]))]
-
-
-def flatten_into(saved, name, value):
-    if isinstance(value, dict):
-        saved[f"{name}.keys"] = np.array(sorted(value))
-        saved.update({f"{name}.{key}": v for key, v in value.items()})
-    else:
-        saved[f"{name}.count"] = np.array(len(value))
-        saved.update({f"{name}.{i}": v for i, v in enumerate(value)})
+def batch_part(saved, name):
+    """The dict of arrays that a worker saved as `name.key` (see below)."""
+    return {key[len(name) + 1:]: saved[key] for key in saved if key.startswith(name + ".")}
 
 
 def read_and_train_as_a_worker(shards, out):
     """One worker: reads an epoch through the strategy as Keras' `fit` does
     (experimental_distribute_dataset, which shards by file) and writes the
     sequences it got to OUT.json; then `fit`s a pre-trainer for STEPS steps of
-    global batches of 2 * BATCH rows and writes to OUT.npz its initial and
-    trained weights and the local batches that its replica trained on."""
+    global batches of 2 * BATCH rows and writes its initial and trained weights
+    to OUT.npz, and the local batches that its replica trained on to
+    OUT-batches.npz."""
     import tensorflow as tf
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before any other op
     assert strategy.num_replicas_in_sync == 2, strategy
     import kbert
     from tests.text.test_pretraining_data import sequences
+    from tests.training.tiny_run import save
 
     dataset = kbert.text.pretraining_dataset(shards, 2, drop_remainder=False)
     batches = []
@@ -175,8 +166,8 @@ def read_and_train_as_a_worker(shards, out):
     with strategy.scope():
         model = build_pretrainer(vocabulary_size)
         model.compile(optimizer=worker_optimizer())
-    saved, seen, structure = {}, [], []
-    flatten_into(saved, "initial", model.get_weights())
+    seen, structure = [], []
+    initial = model.get_weights()
     train_step = model.train_step
 
     def recording_train_step(data):
@@ -189,11 +180,13 @@ def read_and_train_as_a_worker(shards, out):
     model.train_step = recording_train_step
     model.fit(kbert.text.pretraining_dataset(shards, 2 * BATCH, seed=0), steps_per_epoch=STEPS, verbose=0)
     assert len(seen) == STEPS, len(seen)
-    for step, flat in enumerate(seen):
-        for part, value in zip(("x", "y", "w"), tf.nest.pack_sequence_as(structure[0], flat)):
-            flatten_into(saved, f"step{step}_{part}", value)
-    flatten_into(saved, "trained", model.get_weights())
-    np.savez(out + ".npz", **saved)
+    save(out + ".npz", initial=initial, trained=model.get_weights())
+    np.savez(out + "-batches.npz", **{
+        f"step{step}_{part}.{key}": array
+        for step, flat in enumerate(seen)
+        for part, value in zip(("x", "y", "w"), tf.nest.pack_sequence_as(structure[0], flat))
+        for key, array in value.items()
+    })
 
 
 if __name__ == "__main__":
