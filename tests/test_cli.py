@@ -16,6 +16,13 @@ from kbert.cli import MAX_FIELD_CHARS, UsageError, build_parser, encode_labels, 
 
 MR = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "mr")
 
+# The command line reads files and arguments, then calls the API that the
+# model tests check on every backend: it runs once, in the torch pass (the
+# lightest one; its export goes through a TensorFlow process there).
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "torch",
+                                reason="runs once, in the torch pass: the command line drives the same API on "
+                                       "every backend")
+
 
 def run(capsys, *argv):
     code = main(list(argv))
@@ -260,7 +267,6 @@ def test_console_script_is_installed_and_every_subcommand_has_help():
         assert exit.value.code == 0
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="run once: TensorFlow starts the same on every backend")
 def test_a_subcommand_prints_no_tensorflow_startup_lines():
     script = os.path.join(os.path.dirname(sys.executable), "kbert")
     result = subprocess.run([script, "presets"], capture_output=True, text=True, timeout=120)

@@ -80,6 +80,7 @@ def test_preprocessor_runs_in_a_saved_model(preprocessor, tmp_path):
     np.testing.assert_array_equal(reloaded.serve(tf.constant(TEXTS))["token_ids"], preprocessor(TEXTS)["token_ids"])
 
 
+@pytest.mark.every_backend
 def test_dataset_map_feeds_model_fit_on_the_current_backend(preprocessor):
     texts = TEXTS * 8
     labels = np.arange(len(texts)) % 2

@@ -14,12 +14,6 @@ from kbert.text import pretraining_dataset, read_documents, write_pretraining_da
 
 AUSTEN = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "data", "austen.txt.gz")
 
-# tf.data code, the same whatever the Keras backend.
-# (In the torch pass: the tensorflow pass runs the XLA test of the pre-training step.)
-pytestmark = pytest.mark.skipif(
-    keras.backend.backend() != "torch", reason="runs once, in the torch pass: tf.data whatever the backend"
-)
-
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
