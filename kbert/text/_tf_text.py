@@ -11,3 +11,24 @@ except Exception as e:  # a wrong version fails with undefined symbols, not Impo
         f"(TensorFlow {tf.__version__} is installed); importing it failed with: {e}. "
         f'Fix: pip install "tensorflow-text=={major_minor}.*"'
     ) from e
+
+
+def regex_split_with_offsets(texts, delim_regex_pattern, keep_delim_regex_pattern=""):
+    """`tf_text.regex_split_with_offsets` on a 1-D string tensor, without
+    checking the row splits that its own kernel made.
+
+    The public function validates them, which puts a dozen assertion branches
+    into the graph at every call. tf.data instantiates each branch again with
+    every iterator, so the splits of the tokenizer's word path cost about a
+    second at the start of every `fit`, `evaluate` and `predict` on raw text,
+    whether the path runs or not. Where tensorflow-text keeps its kernel
+    elsewhere, the public function is used as it is.
+    """
+    try:
+        from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops as op
+    except ImportError:
+        return tf_text.regex_split_with_offsets(texts, delim_regex_pattern, keep_delim_regex_pattern)
+    tokens, starts, ends, row_splits = op.regex_split_with_offsets(
+        texts, f"({delim_regex_pattern})", f"({keep_delim_regex_pattern})"
+    )
+    return tuple(tf.RaggedTensor.from_row_splits(v, row_splits, validate=False) for v in (tokens, starts, ends))

@@ -18,7 +18,7 @@ that a trailing combining accent stays in the span.
 
 import tensorflow as tf
 
-from kbert.text._tf_text import tf_text
+from kbert.text._tf_text import regex_split_with_offsets
 from kbert.text.tokenizer import _CJK, _PUNCTUATION, _WHITESPACE, normalize
 
 # Words are split at whitespace and around punctuation and CJK ideographs.
@@ -123,7 +123,7 @@ def tokenize_with_byte_spans(tokenizer, texts):
 
     row_splits = tf.gather(pieces.row_splits, words.row_splits)
     return tuple(
-        tf.RaggedTensor.from_row_splits(values, row_splits)
+        tf.RaggedTensor.from_row_splits(values, row_splits, validate=False)
         for values in (pieces.flat_values, piece_starts, piece_ends)
     )
 
@@ -134,9 +134,7 @@ def _split_words(texts):
     """`split_words_with_offsets`, with U+0001 standing for U+0000 in the words:
     regex_split ends a string at U+0000, and U+0001 has the same length and,
     like U+0000, is dropped by the normalizer."""
-    return tf_text.regex_split_with_offsets(
-        tf.strings.regex_replace(texts, r"\x00", "\x01"), _WORD_DELIMITER, keep_delim_regex_pattern=_OWN_WORD
-    )
+    return regex_split_with_offsets(tf.strings.regex_replace(texts, r"\x00", "\x01"), _WORD_DELIMITER, _OWN_WORD)
 
 
 def split_words_with_offsets(texts):
@@ -202,7 +200,7 @@ def cut_after_words(texts, max_words):
 
 def _cut_after_words(texts, limit):
     split_texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-    chunks, starts, _ = tf_text.regex_split_with_offsets(split_texts, f"(?:{_WHITESPACE})+")
+    chunks, starts, _ = regex_split_with_offsets(split_texts, f"(?:{_WHITESPACE})+")
     gives_piece = tf.cast(tf.strings.regex_full_match(chunks.flat_values, _GIVES_A_PIECE), tf.int64)
     count = _sum_before_in_row(chunks.with_flat_values(gives_piece)) + gives_piece
     if limit.shape.rank:  # one budget per text

@@ -34,7 +34,7 @@ def pack_words(preprocessor, words):
     room = preprocessor.sequence_length - 2  # [CLS] and [SEP]
     kept = (pieces.values.row_lengths() > 0) & (word_starts < room)
     first_pieces = tf.where(kept, word_starts + 1, -1)
-    return features, tf.RaggedTensor.from_row_splits(first_pieces, pieces.row_splits)
+    return features, tf.RaggedTensor.from_row_splits(first_pieces, pieces.row_splits, validate=False)
 
 
 def text_words(preprocessor, texts):

@@ -20,7 +20,7 @@ import os
 
 import tensorflow as tf
 from kbert.presets.files import get_preset_dir, load_json
-from kbert.text._tf_text import tf_text
+from kbert.text._tf_text import regex_split_with_offsets, tf_text
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -118,9 +118,7 @@ def split_words(texts):
     Returns:
         A `tf.RaggedTensor` of strings, shape `[len(texts), (words)]`.
     """
-    return tf_text.regex_split(
-        texts, f"{_WHITESPACE}+|{_PUNCTUATION}", keep_delim_regex_pattern=_PUNCTUATION
-    )
+    return regex_split_with_offsets(texts, f"{_WHITESPACE}+|{_PUNCTUATION}", _PUNCTUATION)[0]
 
 
 def pre_tokenize(
@@ -158,7 +156,7 @@ def pre_tokenize(
     texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
     # Split the raw text around special tokens, which are never normalized.
     special = _any_of(special_tokens)
-    pieces = tf_text.regex_split(texts, special, keep_delim_regex_pattern=special)
+    pieces = regex_split_with_offsets(texts, special, special)[0]
     flat_pieces = pieces.flat_values
     is_special = tf.reduce_any(
         tf.equal(flat_pieces[:, None], tf.constant(list(special_tokens))[None, :]), axis=-1
@@ -180,8 +178,9 @@ def _any_of(tokens):
 
 
 def _merge_rows(ragged, row_splits):
-    """Concatenates the rows of `ragged` that `row_splits` groups together."""
-    return tf.RaggedTensor.from_row_splits(ragged.values, tf.gather(ragged.row_splits, row_splits))
+    """Concatenates the rows of `ragged` that `row_splits` groups together
+    (valid row splits of valid row splits: nothing to check)."""
+    return tf.RaggedTensor.from_row_splits(ragged.values, tf.gather(ragged.row_splits, row_splits), validate=False)
 
 
 def _map_rows(condition, if_true, if_false):

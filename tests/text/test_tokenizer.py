@@ -185,6 +185,18 @@ def test_runs_inside_tf_data_and_tf_function(minilm, mr_lines):
     assert in_graph(tf.constant(texts)).shape[0] == 100
 
 
+def test_a_tf_data_pipeline_holds_no_checks_of_ragged_row_splits(minilm):
+    # Each check is a branch that tf.data instantiates again with every
+    # iterator: the word path's row-split checks (tensorflow-text's
+    # regex_split and kbert's own merges) once cost about a second at the
+    # start of every fit, evaluate and predict on raw text.
+    dataset = tf.data.Dataset.from_tensors(tf.constant(["Héllo, [MASK] wörld!"])).map(minilm)
+    graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    ops = [node.op for function in graph.library.function for node in function.node_def]
+    assert "RegexSplitWithOffsets" in ops and "FastWordpieceTokenizeWithOffsets" in ops
+    assert ops.count("Assert") == 0
+
+
 def test_runs_inside_an_exported_saved_model(minilm, tmp_path):
     module = tf.Module()
     module.tokenizer = minilm
