@@ -47,9 +47,16 @@ def _as_ragged_batch(ids):
 
 
 def _keep_first(segment, lengths):
-    """Keeps the first `lengths[i]` tokens of row `i` of a ragged batch."""
-    positions = tf.ragged.range(segment.row_lengths())
-    return tf.ragged.boolean_mask(segment, positions < lengths[:, None])
+    """Keeps the first `lengths[i]` tokens of row `i` of a ragged batch.
+
+    Built from the flat values: `tf.ragged.boolean_mask` adds checks of its
+    own row splits, and tf.data instantiates them again with every iterator.
+    """
+    rows = segment.value_rowids()
+    lengths = tf.clip_by_value(tf.cast(lengths, rows.dtype), 0, segment.row_lengths())
+    position = tf.range(tf.size(rows, out_type=rows.dtype)) - tf.gather(segment.row_splits, rows)
+    values = tf.boolean_mask(segment.values, position < tf.gather(lengths, rows))
+    return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
 
 
 def truncate_segments(segments, max_tokens, truncation="longest_first"):
