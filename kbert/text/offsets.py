@@ -195,7 +195,8 @@ def cut_after_words(texts, max_words):
     # Chunks are separated by at least one byte: a text of at most
     # 2 * max_words bytes has at most max_words of them, and is never cut.
     short = tf.cast(tf.strings.length(texts), tf.int64) // 2 <= limit
-    return tf.cond(tf.reduce_all(short), lambda: texts, lambda: _cut_after_words(texts, limit))
+    cut = _CUT_EACH if limit.shape.rank else _CUT_ALL
+    return tf.cond(tf.reduce_all(short), lambda: texts, lambda: cut(texts, limit))
 
 
 def _cut_after_words(texts, limit):
@@ -210,3 +211,14 @@ def _cut_after_words(texts, limit):
     first_over = tf.math.unsorted_segment_min(over, starts.value_rowids(), starts.nrows())
     cut = tf.where(first_over < tf.int64.max, first_over, tf.cast(tf.strings.length(texts), tf.int64))
     return tf.strings.substr(texts, tf.zeros_like(cut), cut)
+
+
+# `_cut_after_words` traced once per process for each kind of `limit` (one for
+# all texts, or one per text), then called from every graph that cuts text:
+# each fit, evaluate and predict on raw text would otherwise trace it again,
+# twice per segment of a pair.
+_CUT_ALL, _CUT_EACH = (
+    tf.function(_cut_after_words, autograph=False,
+                input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec(shape, tf.int64)])
+    for shape in ([], [None])
+)
