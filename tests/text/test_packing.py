@@ -4,9 +4,11 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text as tf_text
 from transformers import BertTokenizerFast
 
 from kbert.text import BertPreprocessor, SegmentPacker, truncate_segments
+from kbert.text.packing import combine_segments
 
 VITAMINC = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "data", "vitaminc", "test.tsv")
 CLS, SEP, PAD = 101, 102, 0
@@ -47,6 +49,20 @@ def test_packer_adds_cls_and_sep_and_segment_ids():
     assert out["token_ids"].numpy().tolist() == [[CLS, 7, 8, 9, SEP, 5, 6, SEP, PAD]]
     assert out["segment_ids"].numpy().tolist() == [[0, 0, 0, 0, 0, 1, 1, 1, 0]]
     assert out["padding_mask"].numpy().tolist() == [[1, 1, 1, 1, 1, 1, 1, 1, 0]]
+
+
+@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+def test_combine_segments_equals_tensorflow_text_on_random_batches(dtype):
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        rows, count = int(rng.integers(0, 5)), int(rng.integers(1, 3))
+        segments = [tf.RaggedTensor.from_row_lengths(tf.constant(rng.integers(1, 99, sum(n)), dtype), n)
+                    for n in rng.integers(0, 6, (count, rows)).tolist()]
+        ids, segment_ids = combine_segments(segments, CLS, SEP)
+        expected_ids, expected_segment_ids = tf_text.combine_segments(segments, CLS, SEP)
+        assert ids.to_list() == expected_ids.to_list() and ids.dtype == expected_ids.dtype
+        assert segment_ids.to_list() == expected_segment_ids.to_list()
+        assert segment_ids.dtype == expected_segment_ids.dtype
 
 
 def test_packer_truncates_longest_segment_first():
