@@ -18,6 +18,16 @@ import tensorflow as tf
 from kbert.text.offsets import char_offsets, cut_after_words, tokenize_with_byte_spans
 
 
+def _ranges(lengths):
+    """`tf.ragged.range(lengths)`, built without checking the row lengths it
+    made itself: each check is a branch that tf.data instantiates again with
+    every iterator."""
+    lengths = tf.cast(lengths, tf.int64)
+    starts = tf.cumsum(lengths, exclusive=True)
+    values = tf.range(tf.reduce_sum(lengths)) - tf.repeat(starts, lengths)
+    return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
+
+
 def windows(preprocessor, questions, contexts, stride, max_question_length):
     """Packs each question with overlapping windows over its context (BERT's
     `doc_stride`): windows `stride` tokens apart until one reaches the end.
@@ -49,11 +59,13 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
     # window_starts(): windows `step` apart until one reaches the end.
     num_windows = 1 + (tf.maximum(num_tokens - window_length, 0) + step - 1) // step
     example = tf.repeat(tf.range(tf.size(num_tokens, out_type=tf.int64)), num_windows)
-    window_start = tf.ragged.range(num_windows).flat_values * tf.gather(step, example)
+    window_start = _ranges(num_windows).flat_values * tf.gather(step, example)
     window_size = tf.minimum(tf.gather(window_length, example), tf.gather(num_tokens, example) - window_start)
     # Indices into the flat context tokens of each window's tokens.
-    position = tf.ragged.range(window_size)  # in the window
-    tokens = position + (tf.gather(context_ids.row_starts(), example) + window_start)[:, None]
+    position = _ranges(window_size)  # in the window
+    window_of = position.value_rowids()  # (per-window values are worked out on the flat values)
+    first_token = tf.gather(context_ids.row_starts(), example) + window_start
+    tokens = position.with_flat_values(position.flat_values + tf.gather(first_token, window_of))
 
     features = preprocessor.packer(
         (tf.gather(question_ids, example), tf.gather(context_ids.flat_values, tokens))
@@ -61,23 +73,23 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
 
     # _max_context(): a token belongs to the window where min(left, right
     # context) + 0.01 * window size is largest, the first such on a tie.
-    size = tf.cast(window_size, tf.int64)[:, None]
-    score = tf.minimum(position, size - 1 - position) * 100 + size
-    window_in_example = tf.ragged.range(num_windows).flat_values
-    key = score * 1_000_000 - window_in_example[:, None]
-    best_key = tf.math.unsorted_segment_max(
-        key.flat_values, tokens.flat_values, tf.size(context_ids.flat_values, out_type=tf.int64)
-    )
-    max_context = tokens.with_flat_values(tf.equal(key.flat_values, tf.gather(best_key, tokens.flat_values)))
+    size = tf.gather(tf.cast(window_size, tf.int64), window_of)
+    score = tf.minimum(position.flat_values, size - 1 - position.flat_values) * 100 + size
+    window_in_example = _ranges(num_windows).flat_values
+    key = score * 1_000_000 - tf.gather(window_in_example, window_of)
+    best_key = tf.math.unsorted_segment_max(key, tokens.flat_values, tf.size(context_ids.flat_values, out_type=tf.int64))
+    max_context = tokens.with_flat_values(tf.equal(key, tf.gather(best_key, tokens.flat_values)))
 
     # Per-window values moved to the window's positions in the packed sequence.
     shape = tf.shape(features["token_ids"], out_type=tf.int64)
     window_offset = tf.gather(offset, example)
 
     def to_positions(values, fill):
-        prefix = tf.ragged.range(window_offset)
-        prefix = prefix.with_flat_values(tf.fill(tf.shape(prefix.flat_values), fill))
-        return tf.concat([prefix, values], axis=1).to_tensor(fill, shape=shape)
+        # Each row's values after `window_offset` fills, padded with fills.
+        rows = values.value_rowids()
+        within = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(values.row_splits, rows)
+        places = tf.stack([rows, tf.gather(window_offset, rows) + within], axis=1)
+        return tf.tensor_scatter_nd_update(tf.fill(shape, fill), places, values.flat_values)
 
     is_context = to_positions(tokens.with_flat_values(tf.ones_like(tokens.flat_values, tf.bool)), False)
     return {
