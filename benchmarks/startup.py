@@ -12,7 +12,8 @@ of KERAS_BACKEND for the Keras libraries):
   first call (tracing and compiling included).
 
 Each library runs in its own process, once per pass; the libraries alternate
-pass after pass, and the table gives medians and ratios (kbert / peer).
+pass after pass, and the table gives medians and speed ratios (the peer's
+seconds over kbert's: above 1, kbert is faster).
 `--kbert-before DIR` adds the kbert of another checkout (e.g. a `git worktree`
 of an older commit), to measure a change.
 
@@ -151,12 +152,13 @@ def main():
                for name, runs in results.items()}
     peers = [n for n in names if n != "kbert"]
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    print(f"\nSeconds, medians of {args.passes} passes (Keras backend: {backend}); ratio = kbert / peer\n")
-    print("| step | " + " | ".join(names) + " | " + " | ".join(f"kbert / {p}" for p in peers) + " |")
+    print(f"\nSeconds, medians of {args.passes} passes (Keras backend: {backend}); speed ratio = peer's seconds / "
+          "kbert's (above 1: kbert is faster)\n")
+    print("| step | " + " | ".join(names) + " | " + " | ".join(f"{p} / kbert" for p in peers) + " |")
     print("|---" * (1 + len(names) + len(peers)) + "|")
     for step in STEPS:
         cells = [f"{medians[n][step]:.2f}" for n in names]
-        cells += [f"{medians['kbert'][step] / medians[p][step]:.2f}" for p in peers]
+        cells += [f"{medians[p][step] / medians['kbert'][step]:.2f}" for p in peers]
         print(f"| {step} | " + " | ".join(cells) + " |")
 
 

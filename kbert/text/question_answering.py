@@ -77,7 +77,8 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
     score = tf.minimum(position.flat_values, size - 1 - position.flat_values) * 100 + size
     window_in_example = _ranges(num_windows).flat_values
     key = score * 1_000_000 - tf.gather(window_in_example, window_of)
-    best_key = tf.math.unsorted_segment_max(key, tokens.flat_values, tf.size(context_ids.flat_values, out_type=tf.int64))
+    num_context_tokens = tf.size(context_ids.flat_values, out_type=tf.int64)
+    best_key = tf.math.unsorted_segment_max(key, tokens.flat_values, num_context_tokens)
     max_context = tokens.with_flat_values(tf.equal(key, tf.gather(best_key, tokens.flat_values)))
 
     # Per-window values moved to the window's positions in the packed sequence.
