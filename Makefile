@@ -62,4 +62,5 @@ compat-env: $(COMPAT_VENV)/.installed
 # processing, the model, fit and export on raw text, and multi-worker training
 # (which works around private Keras APIs).
 compat-test: $(COMPAT_VENV)/.installed
-	KERAS_BACKEND=tensorflow $(COMPAT_PYTHON) -m pytest -rs -p no:cacheprovider --durations=5 $(COMPAT_TESTS)
+	KERAS_BACKEND=tensorflow KBERT_TEXT_TESTS_PASS=tensorflow $(COMPAT_PYTHON) -m pytest -rs -p no:cacheprovider \
+		--durations=5 $(COMPAT_TESTS)
