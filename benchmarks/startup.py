@@ -17,6 +17,9 @@ seconds over kbert's: above 1, kbert is faster).
 `--kbert-before DIR` adds the kbert of another checkout (e.g. a `git worktree`
 of an older commit), to measure a change.
 
+KerasHub's run needs `pip install "keras-hub==0.32.*" --no-deps sentencepiece`
+(its loader of Hugging Face folders imports sentencepiece); CI installs neither.
+
     python benchmarks/startup.py                       # 3 passes
     python benchmarks/startup.py --kbert-before /tmp/old --passes 5
 """

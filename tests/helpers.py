@@ -17,3 +17,11 @@ def random_inputs(batch, length, vocabulary_size, num_segments=2, seed=0):
     token_ids = rng.integers(1, vocabulary_size, size=(batch, length)).astype("int32") * padding_mask
     segment_ids = (rng.integers(0, num_segments, size=(batch, length)) * padding_mask).astype("int32")
     return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
+
+
+def dataset_ops(dataset):
+    """The ops of every function in a `tf.data` pipeline's graph."""
+    import tensorflow as tf
+
+    graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    return [node.op for function in graph.library.function for node in function.node_def]

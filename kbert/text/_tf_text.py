@@ -12,6 +12,11 @@ except Exception as e:  # a wrong version fails with undefined symbols, not Impo
         f'Fix: pip install "tensorflow-text=={major_minor}.*"'
     ) from e
 
+try:  # the kernel behind tf_text.regex_split_with_offsets
+    from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops as _regex_split_ops
+except ImportError:
+    _regex_split_ops = None
+
 
 def regex_split_with_offsets(texts, delim_regex_pattern, keep_delim_regex_pattern=""):
     """`tf_text.regex_split_with_offsets` on a 1-D string tensor, without
@@ -24,11 +29,9 @@ def regex_split_with_offsets(texts, delim_regex_pattern, keep_delim_regex_patter
     whether the path runs or not. Where tensorflow-text keeps its kernel
     elsewhere, the public function is used as it is.
     """
-    try:
-        from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops as op
-    except ImportError:
+    if _regex_split_ops is None:
         return tf_text.regex_split_with_offsets(texts, delim_regex_pattern, keep_delim_regex_pattern)
-    tokens, starts, ends, row_splits = op.regex_split_with_offsets(
+    tokens, starts, ends, row_splits = _regex_split_ops.regex_split_with_offsets(
         texts, f"({delim_regex_pattern})", f"({keep_delim_regex_pattern})"
     )
     return tuple(tf.RaggedTensor.from_row_splits(v, row_splits, validate=False) for v in (tokens, starts, ends))

@@ -7,6 +7,8 @@ tokens of A (segment 0) from those of B (segment 1).
 
 import tensorflow as tf
 
+from kbert.text.offsets import _position_in_row
+
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PAD_TO = ("sequence_length", "longest", "bucket")
 # The shortest bucket length of pad_to="bucket" (see bucket_lengths).
@@ -51,10 +53,9 @@ def _keep_first(segment, lengths):
     Built from the flat values: `tf.ragged.boolean_mask` adds checks of its
     own row splits, and tf.data instantiates them again with every iterator.
     """
-    rows = segment.value_rowids()
-    lengths = tf.clip_by_value(tf.cast(lengths, rows.dtype), 0, segment.row_lengths())
-    position = tf.range(tf.size(rows, out_type=rows.dtype)) - tf.gather(segment.row_splits, rows)
-    values = tf.boolean_mask(segment.values, position < tf.gather(lengths, rows))
+    segment = segment.with_row_splits_dtype(tf.int64)
+    lengths = tf.clip_by_value(tf.cast(lengths, tf.int64), 0, segment.row_lengths())
+    values = tf.boolean_mask(segment.values, _position_in_row(segment) < tf.gather(lengths, segment.value_rowids()))
     return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
 
 
@@ -72,33 +73,30 @@ def combine_segments(segments, cls_id, sep_id):
     >>> ids, segments
     (<tf.RaggedTensor [[101, 5, 6, 102, 7, 102]]>, <tf.RaggedTensor [[0, 0, 0, 0, 1, 1]]>)
     """
+    segments = [segment.with_row_splits_dtype(tf.int64) for segment in segments]
     nrows, dtype = segments[0].nrows(), segments[0].dtype
-    rows = tf.range(nrows)
-    ones = tf.ones([nrows], rows.dtype)
-    # The pieces of every row, in order ([CLS], A, [SEP], B, [SEP]): each one's
-    # values, the row of each value, its place in the row's piece, its length
-    # in each row, and its segment id.
-    special = lambda token, segment_id: (tf.fill([nrows], tf.cast(token, dtype)), rows, 0 * ones, ones,  # noqa: E731
-                                         segment_id)
-    pieces = [special(cls_id, 0)]
+
+    def special(token):  # one token in every row
+        return tf.RaggedTensor.from_row_lengths(tf.fill([nrows], tf.cast(token, dtype)), tf.ones([nrows], tf.int64),
+                                                validate=False)
+
+    # The pieces of every row, in order, with their segment ids: [CLS], A, [SEP], B, [SEP].
+    pieces = [(special(cls_id), 0)]
     for segment_id, segment in enumerate(segments):
-        value_rows = segment.value_rowids()
-        within = tf.range(tf.size(value_rows, out_type=rows.dtype)) - tf.gather(segment.row_splits, value_rows)
-        pieces += [(segment.values, value_rows, within, segment.row_lengths(), segment_id), special(sep_id, segment_id)]
-    piece_lengths = tf.stack([piece[3] for piece in pieces], axis=1)
+        pieces += [(segment, segment_id), (special(sep_id), segment_id)]
+    piece_lengths = tf.stack([piece.row_lengths() for piece, _ in pieces], axis=1)
     row_lengths = tf.reduce_sum(piece_lengths, axis=1)
     piece_starts = tf.cumsum(piece_lengths, axis=1, exclusive=True) + tf.cumsum(row_lengths, exclusive=True)[:, None]
-    positions = tf.concat([tf.gather(piece_starts[:, k], value_rows) + within
-                           for k, (_, value_rows, within, _, _) in enumerate(pieces)], axis=0)[:, None]
+    positions = tf.concat([tf.gather(piece_starts[:, k], piece.value_rowids()) + _position_in_row(piece)
+                           for k, (piece, _) in enumerate(pieces)], axis=0)[:, None]
     size = tf.reduce_sum(row_lengths)[None]
 
     def in_rows(flat_pieces):
         flat = tf.scatter_nd(positions, tf.concat(flat_pieces, axis=0), size)
         return tf.RaggedTensor.from_row_lengths(flat, row_lengths, validate=False)
 
-    return (in_rows([values for values, *_ in pieces]),
-            in_rows([tf.fill(tf.shape(value_rows), tf.cast(segment_id, dtype))
-                     for _, value_rows, _, _, segment_id in pieces]))
+    return (in_rows([piece.values for piece, _ in pieces]),
+            in_rows([tf.fill(tf.shape(piece.values), tf.cast(segment_id, dtype)) for piece, segment_id in pieces]))
 
 
 def truncate_segments(segments, max_tokens, truncation="longest_first"):

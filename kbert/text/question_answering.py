@@ -15,7 +15,7 @@ Offsets are bytes of the UTF-8 context inside; answers give characters.
 
 import tensorflow as tf
 
-from kbert.text.offsets import char_offsets, cut_after_words, tokenize_with_byte_spans
+from kbert.text.offsets import _position_in_row, char_offsets, cut_after_words, tokenize_with_byte_spans
 
 
 def _ranges(lengths):
@@ -88,8 +88,7 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
     def to_positions(values, fill):
         # Each row's values after `window_offset` fills, padded with fills.
         rows = values.value_rowids()
-        within = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(values.row_splits, rows)
-        places = tf.stack([rows, tf.gather(window_offset, rows) + within], axis=1)
+        places = tf.stack([rows, tf.gather(window_offset, rows) + _position_in_row(values)], axis=1)
         return tf.tensor_scatter_nd_update(tf.fill(shape, fill), places, values.flat_values)
 
     is_context = to_positions(tokens.with_flat_values(tf.ones_like(tokens.flat_values, tf.bool)), False)
