@@ -136,7 +136,9 @@ class BertQuestionAnswerer(Task):
     def _windows(self, questions, contexts):
         return qa.windows(self._batch_preprocessor(), questions, contexts, self.stride, self.max_question_length)
 
-    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+    def _raw_slices(self, x, y=None, sample_weight=None):
+        """`(questions, contexts[, answer starts, answer ends][, sample
+        weights])`, the answers as character offsets."""
         questions, contexts = self._check_raw(x)
         parts = (questions, contexts)
         if y is not None:
@@ -144,25 +146,29 @@ class BertQuestionAnswerer(Task):
             parts += (spans[:, 0], spans[:, 1])
         if sample_weight is not None:
             parts += (np.asarray(sample_weight, "float32"),)
-        dataset = tf.data.Dataset.from_tensor_slices(parts)
+        return parts
+
+    def _preprocess(self, questions, contexts, *rest):
+        """A batch of examples as the windows their contexts need (more rows
+        than examples), with each window's answer positions and weights."""
+        windowed = self._windows(questions, contexts)
+        if not rest:
+            return (windowed["features"],)
+        starts, ends = qa.answer_positions(windowed, contexts, rest[0], rest[1])
+        weights = tf.ones_like(starts, tf.float32)
+        if len(rest) == 3:
+            weights = tf.gather(rest[2], windowed["example"])
+        return (windowed["features"], {"start_logits": starts, "end_logits": ends},
+                {"start_logits": weights, "end_logits": weights})
+
+    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+        dataset = tf.data.Dataset.from_tensor_slices(self._raw_slices(x, y, sample_weight))
         if shuffle:
             dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
         batch_size = batch_size or 32
-
-        def windows(questions, contexts, *rest):
-            windowed = self._windows(questions, contexts)
-            if not rest:
-                return (windowed["features"],)
-            starts, ends = qa.answer_positions(windowed, contexts, rest[0], rest[1])
-            weights = tf.ones_like(starts, tf.float32)
-            if len(rest) == 3:
-                weights = tf.gather(rest[2], windowed["example"])
-            return (windowed["features"], {"start_logits": starts, "end_logits": ends},
-                    {"start_logits": weights, "end_logits": weights})
-
         # Examples in, batches of `batch_size` windows out, as many as the
         # contexts need (counted once, so that fit knows its steps).
-        dataset = map_batches(dataset.batch(batch_size), windows).unbatch()
+        dataset = map_batches(dataset.batch(batch_size), self._preprocess).unbatch()
         count = dataset.reduce(np.int64(0), lambda n, _: n + 1)
         if shuffle:
             dataset = dataset.shuffle(4 * batch_size, reshuffle_each_iteration=True)

@@ -76,6 +76,15 @@ class BertTokenClassifier(BertClassifier):
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         if isinstance(x, tf.data.Dataset):
             return map_batches(x, self._preprocess)
+        dataset = tf.data.Dataset.from_tensor_slices(self._raw_slices(x, y, sample_weight))
+        if shuffle:
+            dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
+        dataset = dataset.batch(batch_size or 32)
+        return map_batches(dataset, self._preprocess)
+
+    def _raw_slices(self, x, y=None, sample_weight=None):
+        """`(words[, tag ids][, sample weights])`: words a ragged
+        `[sentences, (words)]` tensor."""
         if all(isinstance(sentence, (str, bytes)) for sentence in x):
             words = tc.text_words(self.preprocessor, tf.constant(list(x)))[0]
         else:
@@ -86,11 +95,7 @@ class BertTokenClassifier(BertClassifier):
             parts += (tf.ragged.constant(tag_ids, dtype=tf.int32, ragged_rank=1),)
         if sample_weight is not None:
             parts += (tf.constant(sample_weight, tf.float32),)
-        dataset = tf.data.Dataset.from_tensor_slices(parts)
-        if shuffle:
-            dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
-        dataset = dataset.batch(batch_size or 32)
-        return map_batches(dataset, self._preprocess)
+        return parts
 
     def _preprocess(self, words, tags=None, sample_weight=None):
         features, first_pieces = tc.pack_words(self._batch_preprocessor(), words)

@@ -156,17 +156,58 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             y = sample_weight = batch_size = None
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
-    def predict(self, x, batch_size=None, **kwargs):
+    def predict(self, x, batch_size=None, verbose="auto", **kwargs):
+        """`predict()`, which also takes raw text (a `tf.data.Dataset` of it,
+        or lists held in memory), run sorted by length (see `length_groups`)
+        and given back in the input's order.
+
+        Raw text in memory goes batch by batch through the task's
+        preprocessing, traced once per model, and `predict_on_batch`: a
+        `tf.data` pipeline would be traced and started anew at every call,
+        which costs more than the model on a few texts. Keras' own loop
+        (a dataset through the same preprocessing) runs it where `callbacks`
+        or `steps` are given. Outputs per token of batches padded to
+        different lengths (`input_padding="bucket"`) are given at the longest
+        length, the positions past a batch's own length set to 0 (padding in
+        either case)."""
         if not self._is_raw(x):
-            return super().predict(x, batch_size=batch_size, **kwargs)
+            return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
+        if isinstance(x, tf.data.Dataset) or any(v is not None for v in kwargs.values()):
+            return self._in_length_order(
+                x, lambda x: super(Task, self).predict(self._dataset(x, batch_size=batch_size), verbose=verbose,
+                                                       **kwargs))
+        preprocess = self._traced("preprocess", lambda: lambda *batch: self._preprocess(*batch)[0])
+        return self._in_length_order(x, lambda x: self._predict_raw(self._raw_slices(x), batch_size, verbose,
+                                                                    preprocess))
+
+    def _in_length_order(self, x, run):
+        """`run(x)` on raw input sorted by length (see `length_groups`), its
+        outputs given back in the input's order."""
         order = self._length_order(x)
-        if order is not None:
-            x = take(x, order)
-        outputs = super().predict(self._dataset(x, batch_size=batch_size), **kwargs)
         if order is None:
-            return outputs
+            return run(x)
+        outputs = run(take(x, order))
         unsort = np.argsort(order)
         return keras.tree.map_structure(lambda v: v[unsort], outputs)
+
+    def _predict_raw(self, parts, batch_size, verbose, preprocess):
+        """The model's outputs on the rows of `parts` (see `_raw_slices`),
+        `preprocess`ed a batch at a time. A batch of examples may give more
+        rows of features (a question answerer's windows): they are run
+        `batch_size` rows at a time."""
+        batch_size = batch_size or 32
+        count = int(tf.nest.flatten(parts)[0].shape[0])
+        starts = range(0, count, batch_size)
+        progress = keras.utils.Progbar(len(starts), verbose=1 if verbose == "auto" else verbose) if verbose else None
+        outputs = []
+        for i, start in enumerate(starts):
+            features = preprocess(*tf.nest.map_structure(lambda t: t[start:start + batch_size], parts))
+            rows = int(tf.shape(tf.nest.flatten(features)[0])[0])
+            for row in range(0, rows, batch_size):
+                outputs.append(self._predict_batch(tf.nest.map_structure(lambda t: t[row:row + batch_size], features)))
+            if progress is not None:
+                progress.update(i + 1)
+        return keras.tree.map_structure(_concatenated, *outputs)
 
     # === Config ===
 
@@ -190,3 +231,14 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         if config.get("preprocessor") is not None:
             config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
+
+
+def _concatenated(*batches):
+    """Outputs of several batches as one array; dimensions past the first
+    that differ between batches (tokens of batches padded to different
+    lengths) are padded with 0 to the largest."""
+    batches = [np.asarray(v) for v in batches]
+    if len(batches) == 1:
+        return batches[0]
+    largest = np.max([v.shape[1:] for v in batches], axis=0) if batches[0].ndim > 1 else ()
+    return np.concatenate([np.pad(v, [(0, 0)] + [(0, n - m) for n, m in zip(largest, v.shape[1:])]) for v in batches])

@@ -98,14 +98,25 @@ class Answering:
     def _predict_batch(self, features):
         """The model's outputs on one batch of features (TensorFlow tensors,
         handed over as numpy so that any backend takes them)."""
-        return self.predict_on_batch(keras.tree.map_structure(lambda v: v.numpy(), features))
+        features = keras.tree.map_structure(lambda v: v.numpy(), features)
+        strategy = getattr(self, "distribute_strategy", None)
+        if strategy is not None and strategy.num_replicas_in_sync > 1:
+            # predict_on_batch would run the whole batch on every replica and
+            # concatenate their outputs: one row per replica.
+            return keras.tree.map_structure(keras.ops.convert_to_numpy, self(features, training=False))
+        return self.predict_on_batch(features)
 
     def _answers_in_slices(self, inputs, batch_size=32, pairs=False, top_k=5):
         """What the exported model answers, computed here: a list of dicts of
         numpy values, one per row of `inputs` (a tuple of lists of str)."""
         if self.preprocessor is None:
             raise ValueError(f"{type(self).__name__} needs a preprocessor to read text; build the model with one.")
-        preprocess, postprocess, _, _ = self._answering(pairs=pairs, top_k=top_k)
+        # Traced once per model: eager tensorflow-text ops cost more than a
+        # small model's forward pass.
+        preprocess, postprocess = (
+            self._traced(("answers", i, pairs, top_k), lambda i=i: self._answering(pairs=pairs, top_k=top_k)[i])
+            for i in (0, 1)
+        )
         inputs = text_tensor(tuple(inputs))
         rows = []
         for start in range(0, int(tf.shape(inputs[0])[0]), batch_size):

@@ -35,15 +35,10 @@ class RawTextInput:
         if isinstance(x, tf.data.Dataset):
             dataset = x
         else:
-            x = text_tensor(x)
-            if y is not None:
-                y = self._label_ids(np.asarray(y))
-            parts = (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
-            # Kept a tuple even without labels, so that a pair of texts is never
-            # mistaken for (texts, labels).
+            parts = self._raw_slices(x, y, sample_weight)
             dataset = tf.data.Dataset.from_tensor_slices(parts)
             if shuffle:
-                dataset = self._shuffled_batches(dataset, x, batch_size or 32)
+                dataset = self._shuffled_batches(dataset, parts[0], batch_size or 32)
             else:
                 dataset = dataset.batch(batch_size or 32)
         preprocess = self._preprocess
@@ -52,6 +47,17 @@ class RawTextInput:
             # A dataset of unlabeled pairs yields (texts_a, texts_b).
             preprocess = lambda a, b: self._batch_preprocessor()((a, b))  # noqa: E731
         return map_batches(dataset, preprocess)
+
+    def _raw_slices(self, x, y=None, sample_weight=None):
+        """Raw input held in memory as the tensors whose rows are the
+        examples: `(texts[, label ids][, sample weights])`, `texts` a tuple of
+        two where the examples are pairs. Kept a tuple even without labels, so
+        that a pair of texts is never mistaken for (texts, labels). Batches of
+        its rows are what `_preprocess` takes."""
+        x = text_tensor(x)
+        if y is not None:
+            y = self._label_ids(np.asarray(y))
+        return (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
 
     def _shuffled_batches(self, dataset, texts, batch_size):
         """Shuffled batches for `fit`, grouped by length (see `length_groups`)."""
@@ -90,6 +96,21 @@ class RawTextInput:
 
     def _preprocess(self, x, *rest):
         return (self._batch_preprocessor()(x), *rest)
+
+    def _traced(self, name, build):
+        """The function `build()` gives, as a `tf.function` traced once for
+        this task model, its preprocessor and `input_padding` (traced anew where
+        either is changed). Kept outside Keras' tracking of attributes, so
+        that saving and exporting never see it."""
+        cache = vars(self).get("_traced_functions")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_traced_functions", cache)
+        entry = cache.get(name)
+        if entry is None or entry[0] is not self.preprocessor or entry[1] != self.input_padding:
+            function = tf.function(build(), reduce_retracing=True, autograph=False)
+            entry = cache[name] = (self.preprocessor, self.input_padding, function)
+        return entry[2]
 
     def _label_ids(self, y):
         """Labels as ids: names are looked up in `class_names` when the task has them."""

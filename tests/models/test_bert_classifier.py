@@ -143,12 +143,31 @@ def test_a_second_fit_gets_its_own_schedule(fitted):
     assert any(np.abs(to_numpy(w) - b).max() > 0 for w, b in zip(model.trainable_weights, before))
 
 
+def test_predict_on_texts_in_memory_equals_keras_loop_and_traces_its_preprocessing_once(minilm_dir):
+    model = tiny_classifier(minilm_dir)
+    direct = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0)
+    # Given callbacks, predict runs Keras' loop over a tf.data pipeline.
+    looped = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0, callbacks=[])
+    np.testing.assert_allclose(direct, looped, atol=1e-6)
+    preprocess = model._traced_functions["preprocess"][2]
+    traces = preprocess.experimental_get_tracing_count()
+    again = model.predict(MIXED_LENGTHS[::-1], batch_size=4, verbose=0)
+    np.testing.assert_allclose(again, direct[::-1], atol=1e-6)
+    assert preprocess.experimental_get_tracing_count() == traces
+    # A new preprocessor (or padding) is traced anew.
+    model.input_padding = "sequence_length"
+    np.testing.assert_allclose(model.predict(MIXED_LENGTHS, batch_size=4, verbose=0), direct, atol=1e-5)
+    assert model._traced_functions["preprocess"][2] is not preprocess
+
+
 def test_pairs_of_texts_are_classified(minilm_dir):
     model = tiny_classifier(minilm_dir, num_classes=3)
     a, b = ["the sky is blue", "water is dry"], ["it is blue", "water is wet"]
     history = model.fit((a, b), [0, 2], epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     assert model.predict((a, b), verbose=0).shape == (2, 3)
+    np.testing.assert_allclose(model.predict((a, b), batch_size=1, verbose=0),
+                               to_numpy(model(model.preprocessor((a, b)))), atol=1e-5)
 
 
 def test_save_to_preset_round_trips_bit_for_bit(fitted, tmp_path):

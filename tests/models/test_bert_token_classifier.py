@@ -171,6 +171,16 @@ def test_predict_returns_the_logits_of_every_token(preprocessor):
     model = tiny_tagger(preprocessor)
     logits = model.predict(["Jane lived in Bath.", "Bath"], verbose=0)
     assert logits.shape[0] == 2 and logits.shape[2] == len(TAGS)
+    # Padded by batch, each batch to its own length: the longer batch's
+    # length, 0 past the shorter one's.
+    model.input_padding = "bucket"
+    texts = ["Bath", "Jane lived in Bath with her sister and her mother for many long years."]
+    bucketed = model.predict(texts, batch_size=1, verbose=0)
+    assert bucketed.shape[:2] == (2, 24)
+    for i, text in enumerate(texts):
+        alone = to_numpy(model(model.preprocessor.with_padding("longest")([text])))[0]
+        np.testing.assert_allclose(bucketed[i, :len(alone)], alone, atol=1e-5)
+    assert not bucketed[0, 16:].any()
 
 
 def test_words_past_the_sequence_length_get_no_tag(preprocessor):

@@ -41,6 +41,13 @@ def assert_trained_alike(single, distributed, initial):
     assert difference < TOLERANCE, f"weights differ by {difference:.2e} (training moved them by {moved:.2e})"
 
 
+def assert_encodes_once_per_text(out):
+    # Not one row per replica: predict_on_batch runs a batch on every replica.
+    encoded, looped = weights(out, "encoded")
+    assert encoded.shape == looped.shape == (8, 16)
+    np.testing.assert_allclose(encoded, looped, atol=1e-5)
+
+
 def initial(path):
     model = tiny_run.build_model()
     model.load_weights(path)
@@ -63,6 +70,7 @@ def test_in_batch_negatives_span_the_replicas_of_a_mirrored_strategy(tmp_path):
     single_loss, distributed_loss = np.load(out)["loss_0"], np.load(out)["loss_1"]
     np.testing.assert_allclose(distributed_loss, single_loss, rtol=1e-5)
     assert_trained_alike(weights(out, "single"), weights(out, "distributed"), weights(out, "initial"))
+    assert_encodes_once_per_text(out)
 
 
 @only_jax
@@ -73,6 +81,7 @@ def test_in_batch_negatives_span_the_devices_of_jax_data_parallel(tmp_path):
     single_loss, distributed_loss = np.load(out)["loss_0"], np.load(out)["loss_1"]
     np.testing.assert_allclose(distributed_loss, single_loss, rtol=1e-5)
     assert_trained_alike(weights(out, "single"), weights(out, "distributed"), weights(out, "initial"))
+    assert_encodes_once_per_text(out)
 
 
 def free_ports(count):

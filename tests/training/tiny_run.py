@@ -143,7 +143,11 @@ def embedder_twice(distributed_scope):
     with distributed_scope():
         embedder = build()
     distributed, distributed_loss = fit(embedder)
-    return dict(initial=initial, single=single, distributed=distributed, loss=[single_loss, distributed_loss])
+    # encode (batch by batch, predict_on_batch) and Keras' own predict loop
+    # (given callbacks) on the distributed embedder.
+    encoded = [embedder.encode(questions), embedder.predict(questions, verbose=0, callbacks=[])]
+    return dict(initial=initial, single=single, distributed=distributed, loss=[single_loss, distributed_loss],
+                encoded=encoded)
 
 
 def mirrored_embedder(init, out):
