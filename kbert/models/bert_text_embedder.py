@@ -25,23 +25,31 @@ POOLING_MODES = st.POOLING_MODES
 _DENSE_KEYS = ("units", "activation", "use_bias")
 
 
-def _pool(mode, sequence_output, padding_mask):
-    """One of sentence-transformers' `Pooling` modes, on right-padded input."""
-    mask = ops.cast(padding_mask, sequence_output.dtype)[:, :, None]
+def _pool(mode, sequence_output, mask):
+    """One of sentence-transformers' `Pooling` modes, on right-padded input,
+    over the tokens where `mask` is 1: `padding_mask`, or that less a
+    prompt's tokens (`include_prompt=False`)."""
+    weights = ops.cast(mask, sequence_output.dtype)[:, :, None]
+    positions = ops.cumsum(ops.ones_like(mask, dtype="int32"), axis=1) - 1
+    pooled = ops.cast(mask, "int32")
     if mode == "cls":
-        return sequence_output[:, 0, :]
+        # The first pooled token: [CLS], or the first after a prompt left out
+        # (sentence-transformers' argmax of the mask; 0 where none is).
+        first = ops.sum(ops.cast(ops.equal(ops.cumsum(pooled, axis=1), 0), "int32"), axis=1)
+        first = ops.where(ops.max(pooled, axis=1) > 0, first, 0)
+        return ops.take_along_axis(sequence_output, first[:, None, None], axis=1)[:, 0, :]
     if mode == "max":
-        return ops.max(ops.where(mask > 0, sequence_output, ops.full_like(sequence_output, -np.inf)), axis=1)
+        return ops.max(ops.where(weights > 0, sequence_output, ops.full_like(sequence_output, -np.inf)), axis=1)
     if mode == "lasttoken":
-        # The last real token ([SEP] for BERT: every row has [CLS] and [SEP]).
-        last = ops.maximum(ops.sum(ops.cast(padding_mask, "int32"), axis=1) - 1, 0)
-        return ops.take_along_axis(sequence_output * mask, last[:, None, None], axis=1)[:, 0, :]
+        # The last pooled token ([SEP] for BERT), zeros where none is.
+        last = ops.max(pooled * positions, axis=1)
+        return ops.take_along_axis(sequence_output * weights, last[:, None, None], axis=1)[:, 0, :]
     if mode == "weightedmean":
-        # Position weights 1, 2, 3, ... (Muennighoff 2022, SGPT).
-        positions = ops.cumsum(ops.ones_like(mask), axis=1)
-        mask = mask * positions
-    total = ops.sum(sequence_output * mask, axis=1)
-    count = ops.maximum(ops.sum(mask, axis=1), 1e-9)
+        # Position weights 1, 2, 3, ... from the first token (Muennighoff
+        # 2022, SGPT), prompt included.
+        weights = weights * ops.cast(positions + 1, weights.dtype)[:, :, None]
+    total = ops.sum(sequence_output * weights, axis=1)
+    count = ops.maximum(ops.sum(weights, axis=1), 1e-9)
     return total / (ops.sqrt(count) if mode == "mean_sqrt_len_tokens" else count)
 
 
@@ -73,6 +81,13 @@ class BertTextEmbedder(Task):
         prompts: named texts put before a text (e5's `{"query": "query: "}`).
         default_prompt_name: the prompt `encode` and the exported model put
             before every text when not told otherwise.
+        include_prompt: whether the pooling takes the prompt's tokens
+            (sentence-transformers' `Pooling(include_prompt=...)`). With
+            `False` (INSTRUCTOR-style), the model takes a `pooling_mask`
+            input besides BERT's, the tokens pooled: where `encode` or the
+            exported model put a prompt before the texts, [CLS] and the
+            prompt's pieces are left out, as sentence-transformers counts
+            them; `predict` and `fit` pool the texts as given.
 
     Example:
     >>> embedder = kbert.BertTextEmbedder.from_preset(minilm_folder)
@@ -82,7 +97,7 @@ class BertTextEmbedder(Task):
     """
 
     def __init__(self, backbone, preprocessor=None, pooling="mean", normalize=True, dense=(), prompts=None,
-                 default_prompt_name=None, **kwargs):
+                 default_prompt_name=None, include_prompt=True, **kwargs):
         modes = [pooling] if isinstance(pooling, str) else list(pooling)
         if not modes or any(m not in POOLING_MODES for m in modes):
             raise ValueError(f"pooling={pooling!r}: use one of {', '.join(POOLING_MODES)}, or a list of them.")
@@ -90,9 +105,13 @@ class BertTextEmbedder(Task):
         prompts = dict(prompts or {})
         if default_prompt_name is not None and default_prompt_name not in prompts:
             raise ValueError(f"default_prompt_name={default_prompt_name!r} is not among prompts {list(prompts)}.")
-        inputs = backbone.input
-        sequence_output = backbone(inputs)["sequence_output"]
-        pooled = [_pool(m, sequence_output, inputs["padding_mask"]) for m in modes]
+        inputs = dict(backbone.input)
+        sequence_output = backbone(backbone.input)["sequence_output"]
+        if include_prompt:
+            mask = inputs["padding_mask"]
+        else:
+            mask = inputs["pooling_mask"] = keras.Input(shape=(None,), dtype="int32", name="pooling_mask")
+        pooled = [_pool(m, sequence_output, mask) for m in modes]
         embedding = ops.cast(pooled[0] if len(pooled) == 1 else ops.concatenate(pooled, axis=-1), "float32")
         for i, layer in enumerate(dense):
             embedding = keras.layers.Dense(**layer, dtype="float32", name=f"dense_{i}")(embedding)
@@ -108,6 +127,7 @@ class BertTextEmbedder(Task):
         self.dense = dense
         self.prompts = prompts
         self.default_prompt_name = default_prompt_name
+        self.include_prompt = bool(include_prompt)
 
     @staticmethod
     def _dense_config(layer):
@@ -118,7 +138,8 @@ class BertTextEmbedder(Task):
 
     def task_config(self):
         return {"pooling": self.pooling, "normalize": self.normalize, "dense": self.dense,
-                "prompts": self.prompts, "default_prompt_name": self.default_prompt_name}
+                "prompts": self.prompts, "default_prompt_name": self.default_prompt_name,
+                "include_prompt": self.include_prompt}
 
     def default_loss(self):
         return MultipleNegativesRankingLoss()
@@ -154,8 +175,16 @@ class BertTextEmbedder(Task):
         if isinstance(texts, str):
             raise ValueError("encode takes a list of texts; pass [text].")
         text = self.prompt(prompt_name, prompt)
-        texts = [text + t for t in texts] if text else list(texts)
-        return np.asarray(self.predict(texts, batch_size=batch_size, verbose=0), dtype="float32")
+        if not text:
+            return np.asarray(self.predict(texts, batch_size=batch_size, verbose=0), dtype="float32")
+        preprocess = self._traced(("prompt", text),
+                                  lambda: lambda texts: self._features(self._batch_preprocessor(), texts, text))
+        # Sorted by the prompted texts' lengths, as predict would sort them.
+        embeddings = self._in_length_order(
+            [text + t for t in texts],
+            lambda prompted: self._predict_raw((text_tensor(prompted),), batch_size, 0, preprocess),
+        )
+        return np.asarray(embeddings, dtype="float32")
 
     @staticmethod
     def similarity(a, b):
@@ -187,12 +216,30 @@ class BertTextEmbedder(Task):
         finally:
             self.prompts, self.default_prompt_name = saved
 
+    def _features(self, preprocessor, texts, prompt=""):
+        """The model's features of `texts` that already begin with `prompt`;
+        with `include_prompt=False`, a `pooling_mask` that leaves out [CLS]
+        and the prompt's pieces (sentence-transformers counts the prompt
+        tokenized alone, less its [SEP])."""
+        features = preprocessor(texts)
+        if self.include_prompt:
+            return features
+        mask = features["padding_mask"]
+        if prompt:
+            with tf.init_scope():  # a Python number, even while tracing
+                skip = 1 + int(preprocessor.tokenizer(tf.constant([prompt])).row_lengths()[0])
+            mask = mask * tf.cast(tf.range(tf.shape(mask)[1]) >= skip, mask.dtype)[None, :]
+        return {**features, "pooling_mask": mask}
+
+    def _preprocess(self, x, *rest):
+        return (self._features(self._batch_preprocessor(), x), *rest)
+
     def _answering(self, pairs=False, top_k=5):
         preprocessor = self._batch_preprocessor()
         text = self.prompt()
 
         def preprocess(texts):
-            return preprocessor(tf.strings.join([text, texts]) if text else texts), None
+            return self._features(preprocessor, tf.strings.join([text, texts]) if text else texts, text), None
 
         return (preprocess, lambda embedding, _: {"embedding": tf.cast(embedding, tf.float32)},
                 [serving_text()], None)
@@ -289,7 +336,7 @@ class BertTextEmbedder(Task):
         y = tf.constant(y)
 
         def gather(batch):
-            return tuple(preprocessor(tf.gather(c, batch)) for c in columns), tf.gather(y, batch)
+            return tuple(self._features(preprocessor, tf.gather(c, batch)) for c in columns), tf.gather(y, batch)
 
         return map_batches(tf.data.Dataset.from_tensor_slices(rows), gather)
 
@@ -297,8 +344,7 @@ class BertTextEmbedder(Task):
         """A model of this embedder's weights that embeds each column of a
         batch: `[batch, columns, dim]`, what the contrastive losses take."""
         inputs = tuple(
-            {name: keras.Input(shape=(None,), dtype="int32", name=f"{name}_{i}")
-             for name in ("token_ids", "segment_ids", "padding_mask")}
+            {name: keras.Input(shape=(None,), dtype="int32", name=f"{name}_{i}") for name in self.input}
             for i in range(num_columns)
         )
         outputs = ops.stack([self(features) for features in inputs], axis=1)
@@ -316,13 +362,8 @@ class BertTextEmbedder(Task):
         if files.is_kbert_layout(folder) or not st.is_sentence_transformers_folder(folder):
             return super().from_preset(preset, sequence_length, **kwargs)
         settings = st.read_folder(folder)
-        head = {k: settings[k] for k in ("pooling", "normalize", "prompts", "default_prompt_name")}
+        head = {k: settings[k] for k in ("pooling", "normalize", "prompts", "default_prompt_name", "include_prompt")}
         head["dense"] = [{k: d[k] for k in _DENSE_KEYS} for d in settings["dense"]]
-        if not settings["include_prompt"] and any(settings["prompts"].values()):
-            raise ValueError(
-                f"{folder}'s Pooling leaves the prompt's tokens out (include_prompt=false); kbert pools every "
-                "token, so its embeddings of prompted texts would differ. Use sentence-transformers for this model."
-            )
         transformer = settings["transformer_folder"]
         if "preprocessor" not in kwargs:
             positions = files.load_json(transformer, files.HF_CONFIG).get("max_position_embeddings", 512)

@@ -7,8 +7,10 @@ import json
 import os
 import shutil
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import kbert
 from tests.helpers import to_numpy
@@ -37,7 +39,8 @@ def tiny_bert(minilm_dir, tmp_path_factory):
     return folder
 
 
-def st_folder(tiny_bert, path, pooling="mean", dense=(), normalize=False, safe=True, **model_kwargs):
+def st_folder(tiny_bert, path, pooling="mean", dense=(), normalize=False, safe=True, include_prompt=True,
+              **model_kwargs):
     """A folder saved by `SentenceTransformer(modules=[...]).save`."""
     import torch
     from sentence_transformers import SentenceTransformer
@@ -47,7 +50,7 @@ def st_folder(tiny_bert, path, pooling="mean", dense=(), normalize=False, safe=T
     torch.manual_seed(1)
     modules = [Transformer(tiny_bert, max_seq_length=model_kwargs.pop("max_seq_length", None),
                            do_lower_case=model_kwargs.pop("do_lower_case", False))]
-    modules.append(Pooling(32, pooling_mode=pooling))
+    modules.append(Pooling(32, pooling_mode=pooling, include_prompt=include_prompt))
     width = modules[-1].get_embedding_dimension()
     for units, activation in dense:
         modules.append(Dense(width, units, activation_function=activation))
@@ -98,6 +101,28 @@ def test_prompts_length_and_lowercasing_equal_sentence_transformers(tiny_bert, t
     assert embedder.preprocessor.sequence_length == 12
     with pytest.raises(ValueError, match="No prompt named 'qeury'.*'passage', 'query'"):
         embedder.encode(TEXTS, prompt_name="qeury")
+
+
+def test_prompts_left_out_of_the_pooling_equal_sentence_transformers(tiny_bert, tmp_path):
+    # INSTRUCTOR-style (include_prompt=false): [CLS] and the prompt's pieces
+    # are not pooled; "cls" pools the first token after the prompt.
+    modes = ("lasttoken", "cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean")
+    folder = st_folder(tiny_bert, tmp_path, pooling=modes, normalize=True, include_prompt=False, max_seq_length=16,
+                       prompts={"query": "Represent the question for retrieval: ", "none": ""},
+                       default_prompt_name="query")
+    # The default prompt, one given, and an empty one (nothing left out).
+    embedder = assert_encodes_as_sentence_transformers(folder, {}, {"prompt": "passage: "}, {"prompt_name": "none"})
+    assert not embedder.include_prompt and "pooling_mask" in embedder.input
+    with_prompt = kbert.BertTextEmbedder.from_preset(folder, include_prompt=True).encode(TEXTS)
+    assert np.abs(with_prompt - embedder.encode(TEXTS)).max() > 1e-2
+    # The exported model's function leaves the prompt out as encode does.
+    if keras.backend.backend() == "tensorflow":
+        serve, _, _ = embedder.serving_function()
+        np.testing.assert_allclose(serve(tf.constant(TEXTS))["embedding"].numpy(), embedder.encode(TEXTS), atol=1e-5)
+    # Saved as a kbert preset, it keeps leaving the prompt out.
+    embedder.save_to_preset(str(tmp_path / "kbert"))
+    restored = kbert.BertTextEmbedder.from_preset(str(tmp_path / "kbert"))
+    np.testing.assert_allclose(restored.encode(TEXTS), embedder.encode(TEXTS), atol=1e-6)
 
 
 def minilm_variant(minilm_dir, path, pooling, normalize, max_seq_length=None):
