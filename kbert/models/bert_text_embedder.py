@@ -127,7 +127,6 @@ class BertTextEmbedder(Task):
         self.dense = dense
         self.prompts = prompts
         self.default_prompt_name = default_prompt_name
-        self.include_prompt = bool(include_prompt)
 
     @staticmethod
     def _dense_config(layer):
@@ -175,15 +174,16 @@ class BertTextEmbedder(Task):
         if isinstance(texts, str):
             raise ValueError("encode takes a list of texts; pass [text].")
         text = self.prompt(prompt_name, prompt)
-        if not text:
+        texts = [text + t for t in texts] if text else list(texts)
+        if self.include_prompt or not text:
             return np.asarray(self.predict(texts, batch_size=batch_size, verbose=0), dtype="float32")
-        preprocess = self._traced(("prompt", text),
-                                  lambda: lambda texts: self._features(self._batch_preprocessor(), texts, text))
-        # Sorted by the prompted texts' lengths, as predict would sort them.
+        # The prompt left out of the pooling: one trace for every prompt,
+        # whose length is an input.
+        traced = self._traced("prompted", lambda: lambda texts, skip: self._features(self._batch_preprocessor(),
+                                                                                    texts, skip))
+        skip = tf.constant(self._prompt_length(text))
         embeddings = self._in_length_order(
-            [text + t for t in texts],
-            lambda prompted: self._predict_raw((text_tensor(prompted),), batch_size, 0, preprocess),
-        )
+            texts, lambda texts: self._predict_raw((text_tensor(texts),), batch_size, 0, lambda t: traced(t, skip)))
         return np.asarray(embeddings, dtype="float32")
 
     @staticmethod
@@ -216,19 +216,29 @@ class BertTextEmbedder(Task):
         finally:
             self.prompts, self.default_prompt_name = saved
 
-    def _features(self, preprocessor, texts, prompt=""):
-        """The model's features of `texts` that already begin with `prompt`;
-        with `include_prompt=False`, a `pooling_mask` that leaves out [CLS]
-        and the prompt's pieces (sentence-transformers counts the prompt
-        tokenized alone, less its [SEP])."""
+    @property
+    def include_prompt(self):
+        """Whether the pooling takes a prompt's tokens (see the class); fixed
+        when the model is built: without it, the model has a `pooling_mask`
+        input."""
+        return "pooling_mask" not in self.input
+
+    def _prompt_length(self, prompt):
+        """The tokens sentence-transformers leaves out of the pooling for
+        `prompt`: [CLS] and the prompt's pieces, the prompt tokenized alone
+        and cut to the sequence length, less its [SEP]."""
+        pieces = int(self.preprocessor.tokenizer(tf.constant([prompt])).row_lengths()[0])
+        return min(1 + pieces, self.preprocessor.sequence_length - 1)
+
+    def _features(self, preprocessor, texts, skip=0):
+        """The model's features of `texts`; with `include_prompt=False`, a
+        `pooling_mask`: the padding mask less the first `skip` tokens (a
+        prompt's, see `_prompt_length`)."""
         features = preprocessor(texts)
         if self.include_prompt:
             return features
         mask = features["padding_mask"]
-        if prompt:
-            with tf.init_scope():  # a Python number, even while tracing
-                skip = 1 + int(preprocessor.tokenizer(tf.constant([prompt])).row_lengths()[0])
-            mask = mask * tf.cast(tf.range(tf.shape(mask)[1]) >= skip, mask.dtype)[None, :]
+        mask = mask * tf.cast(tf.range(tf.shape(mask)[1]) >= skip, mask.dtype)[None, :]
         return {**features, "pooling_mask": mask}
 
     def _preprocess(self, x, *rest):
@@ -237,9 +247,10 @@ class BertTextEmbedder(Task):
     def _answering(self, pairs=False, top_k=5):
         preprocessor = self._batch_preprocessor()
         text = self.prompt()
+        skip = self._prompt_length(text) if text and not self.include_prompt else 0
 
         def preprocess(texts):
-            return self._features(preprocessor, tf.strings.join([text, texts]) if text else texts, text), None
+            return self._features(preprocessor, tf.strings.join([text, texts]) if text else texts, skip), None
 
         return (preprocess, lambda embedding, _: {"embedding": tf.cast(embedding, tf.float32)},
                 [serving_text()], None)

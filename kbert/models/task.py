@@ -164,15 +164,22 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         Raw text in memory goes batch by batch through the task's
         preprocessing, traced once per model, and `predict_on_batch`: a
         `tf.data` pipeline would be traced and started anew at every call,
-        which costs more than the model on a few texts. Keras' own loop
-        (a dataset through the same preprocessing) runs it where `callbacks`
-        or `steps` are given. Outputs per token of batches padded to
-        different lengths (`input_padding="bucket"`) are given at the longest
-        length, the positions past a batch's own length set to 0 (padding in
-        either case)."""
+        which costs more than the model on a few texts. There, outputs per
+        token of batches padded to different lengths (`input_padding=
+        "bucket"`) are given at the longest length, the positions past a
+        batch's own length set to 0 (padding in either case).
+
+        Keras' own loop over a `tf.data` pipeline of the same preprocessing
+        runs instead where `callbacks` or `steps` are given, and where the
+        model is distributed (a `tf.distribute` strategy of several
+        replicas, or a `keras.distribution`), so that the batches are split
+        over the devices."""
         if not self._is_raw(x):
             return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
-        if isinstance(x, tf.data.Dataset) or any(v is not None for v in kwargs.values()):
+        strategy = getattr(self, "distribute_strategy", None)
+        if (isinstance(x, tf.data.Dataset) or any(v is not None for v in kwargs.values())
+                or (strategy is not None and strategy.num_replicas_in_sync > 1)
+                or keras.distribution.distribution() is not None):
             return self._in_length_order(
                 x, lambda x: super(Task, self).predict(self._dataset(x, batch_size=batch_size), verbose=verbose,
                                                        **kwargs))

@@ -102,7 +102,8 @@ class Answering:
         strategy = getattr(self, "distribute_strategy", None)
         if strategy is not None and strategy.num_replicas_in_sync > 1:
             # predict_on_batch would run the whole batch on every replica and
-            # concatenate their outputs: one row per replica.
+            # concatenate their outputs: one row per replica. (predict on many
+            # texts runs Keras' distributed loop instead.)
             return keras.tree.map_structure(keras.ops.convert_to_numpy, self(features, training=False))
         return self.predict_on_batch(features)
 

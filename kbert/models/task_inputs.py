@@ -1,6 +1,8 @@
 """Raw text into a task model: what `fit`, `evaluate` and `predict` do with
 strings before the model sees them (the `Task` base's input pipeline)."""
 
+import json
+
 import numpy as np
 import tensorflow as tf
 
@@ -45,7 +47,7 @@ class RawTextInput:
         spec = dataset.element_spec
         if isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec):
             # A dataset of unlabeled pairs yields (texts_a, texts_b).
-            preprocess = lambda a, b: self._batch_preprocessor()((a, b))  # noqa: E731
+            preprocess = lambda a, b: self._preprocess((a, b))  # noqa: E731
         return map_batches(dataset, preprocess)
 
     def _raw_slices(self, x, y=None, sample_weight=None):
@@ -99,17 +101,20 @@ class RawTextInput:
 
     def _traced(self, name, build):
         """The function `build()` gives, as a `tf.function` traced once for
-        this task model, its preprocessor and `input_padding` (traced anew where
-        either is changed). Kept outside Keras' tracking of attributes, so
-        that saving and exporting never see it."""
+        this task model's settings: its preprocessor, `input_padding` and
+        head settings (`task_config`: class names, a question answerer's
+        stride, an embedder's prompts...), built and traced anew where any
+        of them changes. Kept outside Keras' tracking of attributes, so that
+        saving and exporting never see it."""
         cache = vars(self).get("_traced_functions")
         if cache is None:
             cache = {}
             object.__setattr__(self, "_traced_functions", cache)
+        settings = (self.input_padding, json.dumps(self.task_config(), sort_keys=True, default=str))
         entry = cache.get(name)
-        if entry is None or entry[0] is not self.preprocessor or entry[1] != self.input_padding:
+        if entry is None or entry[0] is not self.preprocessor or entry[1] != settings:
             function = tf.function(build(), reduce_retracing=True, autograph=False)
-            entry = cache[name] = (self.preprocessor, self.input_padding, function)
+            entry = cache[name] = (self.preprocessor, settings, function)
         return entry[2]
 
     def _label_ids(self, y):

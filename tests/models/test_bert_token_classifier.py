@@ -171,9 +171,8 @@ def test_predict_returns_the_logits_of_every_token(preprocessor):
     model = tiny_tagger(preprocessor)
     logits = model.predict(["Jane lived in Bath.", "Bath"], verbose=0)
     assert logits.shape[0] == 2 and logits.shape[2] == len(TAGS)
-    # Padded by batch, each batch to its own length: the longer batch's
-    # length, 0 past the shorter one's.
-    model.input_padding = "bucket"
+    # Padded batch by batch, each to its own length bucket: all at the longer
+    # batch's length, 0 past the shorter one's.
     texts = ["Bath", "Jane lived in Bath with her sister and her mother for many long years."]
     bucketed = model.predict(texts, batch_size=1, verbose=0)
     assert bucketed.shape[:2] == (2, 24)
@@ -181,6 +180,15 @@ def test_predict_returns_the_logits_of_every_token(preprocessor):
         alone = to_numpy(model(model.preprocessor.with_padding("longest")([text])))[0]
         np.testing.assert_allclose(bucketed[i, :len(alone)], alone, atol=1e-5)
     assert not bucketed[0, 16:].any()
+
+
+def test_tags_follow_class_names_changed_after_a_first_call(preprocessor):
+    # The helpers' traced preprocessing and postprocessing are traced anew.
+    model = tiny_tagger(preprocessor)
+    [before] = model.tags(["Jane lived in Bath."])
+    model.class_names = [name.lower() for name in TAGS]
+    [after] = model.tags(["Jane lived in Bath."])
+    assert [tag for _, tag, _ in after] == [tag.lower() for _, tag, _ in before]
 
 
 def test_words_past_the_sequence_length_get_no_tag(preprocessor):

@@ -110,8 +110,10 @@ def test_prompts_left_out_of_the_pooling_equal_sentence_transformers(tiny_bert, 
     folder = st_folder(tiny_bert, tmp_path, pooling=modes, normalize=True, include_prompt=False, max_seq_length=16,
                        prompts={"query": "Represent the question for retrieval: ", "none": ""},
                        default_prompt_name="query")
-    # The default prompt, one given, and an empty one (nothing left out).
-    embedder = assert_encodes_as_sentence_transformers(folder, {}, {"prompt": "passage: "}, {"prompt_name": "none"})
+    # The default prompt, one given, one longer than the sequence (its
+    # [SEP] still pooled), and an empty one (nothing left out).
+    embedder = assert_encodes_as_sentence_transformers(
+        folder, {}, {"prompt": "passage: "}, {"prompt": "a long instruction, " * 6}, {"prompt_name": "none"})
     assert not embedder.include_prompt and "pooling_mask" in embedder.input
     with_prompt = kbert.BertTextEmbedder.from_preset(folder, include_prompt=True).encode(TEXTS)
     assert np.abs(with_prompt - embedder.encode(TEXTS)).max() > 1e-2

@@ -42,7 +42,7 @@ def assert_trained_alike(single, distributed, initial):
 
 
 def assert_encodes_once_per_text(out):
-    # Not one row per replica: predict_on_batch runs a batch on every replica.
+    # Not one row per replica (predict_on_batch runs a batch on every replica).
     encoded, looped = weights(out, "encoded")
     assert encoded.shape == looped.shape == (8, 16)
     np.testing.assert_allclose(encoded, looped, atol=1e-5)

@@ -143,9 +143,12 @@ def embedder_twice(distributed_scope):
     with distributed_scope():
         embedder = build()
     distributed, distributed_loss = fit(embedder)
-    # encode (batch by batch, predict_on_batch) and Keras' own predict loop
-    # (given callbacks) on the distributed embedder.
-    encoded = [embedder.encode(questions), embedder.predict(questions, verbose=0, callbacks=[])]
+    # The distributed embedder's outputs batch by batch, as the helpers
+    # (entities, answer, fill_mask) run the model, and by Keras' loop.
+    import tensorflow as tf
+
+    batch = embedder._predict_batch(embedder.preprocessor(tf.constant(questions)))
+    encoded = [batch, embedder.encode(questions)]
     return dict(initial=initial, single=single, distributed=distributed, loss=[single_loss, distributed_loss],
                 encoded=encoded)
 
