@@ -20,6 +20,10 @@ Tasks (`--tasks`):
   `kbert.metrics.entity_f1`) on the held-out tweets.
 - `mr`: MR sentences (`examples/data/mr`), length 128, batch 32, lr 5e-5;
   accuracy on the 1,060 test sentences.
+- `pairs`: VitaminC (evidence, claim) pairs (`examples/data/vitaminc`), True /
+  False / Neither, the 4,000 of `train_subset.tsv`, length 128, batch 32,
+  lr 1e-4 (`examples/fact_verification_vitaminc.py`'s recipe); accuracy on
+  the 2,000 test pairs.
 
 Every run is its own process; kbert and transformers alternate, seed by seed.
 Prints each run, then mean ± spread (half the range) per side.
@@ -41,11 +45,12 @@ import numpy as np
 from measured import measured
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from example_data import DATA, minilm_folder, read_mr  # noqa: E402
+from example_data import DATA, VITAMINC_LABELS, minilm_folder, read_mr, read_vitaminc  # noqa: E402
 
 RECIPES = {
     "ner": {"sequence_length": 48, "batch_size": 8, "learning_rate": 1e-4},
     "mr": {"sequence_length": 128, "batch_size": 32, "learning_rate": 5e-5},
+    "pairs": {"sequence_length": 128, "batch_size": 32, "learning_rate": 1e-4},
 }
 WARMUP, WEIGHT_DECAY, EPSILON, CLIP = 0.1, 0.01, 1e-8, 1.0
 
@@ -68,6 +73,13 @@ def mr_data(args):
     return train, test
 
 
+def pairs_data(args):
+    """((evidences, claims), labels) to train on and to test on."""
+    (evidences, claims), labels = read_vitaminc("train_subset.tsv")
+    n = args.max_train_examples or len(labels)
+    return ((evidences[:n], claims[:n]), labels[:n]), read_vitaminc("test.tsv")
+
+
 # === kbert ===
 
 def kbert_ner(args, recipe):
@@ -88,14 +100,14 @@ def kbert_ner(args, recipe):
     return entity_f1([t for _, t in test], [[tag for _, tag, _ in words] for words in predicted])["f1"]
 
 
-def kbert_mr(args, recipe):
+def kbert_mr(args, recipe, data=mr_data, num_classes=2):
     import keras
 
     import kbert
 
-    train, test = mr_data(args)
+    train, test = data(args)
     keras.utils.set_random_seed(args.seed)
-    model = kbert.BertClassifier.from_preset(minilm_folder(), num_classes=2, dtype="float32",
+    model = kbert.BertClassifier.from_preset(minilm_folder(), num_classes=num_classes, dtype="float32",
                                              sequence_length=recipe["sequence_length"], **args.kbert_model)
     model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
     model.fit(*train, batch_size=recipe["batch_size"], epochs=args.epochs, verbose=0)
@@ -176,34 +188,49 @@ def transformers_ner(args, recipe):
     return entity_f1([t for _, t in test], predicted)["f1"]
 
 
-def transformers_mr(args, recipe):
+def transformers_mr(args, recipe, data=mr_data, num_classes=2):
     import torch
     import transformers
 
-    train, test = mr_data(args)
+    train, test = data(args)
     torch.manual_seed(args.seed)
     tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_folder())
-    model = transformers.BertForSequenceClassification.from_pretrained(minilm_folder(), num_labels=2)
+    model = transformers.BertForSequenceClassification.from_pretrained(minilm_folder(), num_labels=num_classes)
 
-    def encode(texts):
-        return tokenizer(list(texts), truncation=True, max_length=recipe["sequence_length"], padding=True,
+    def rows(texts, picked):
+        """The texts (or pairs of texts) at `picked`, as the tokenizer takes them."""
+        if isinstance(texts, tuple):
+            return [texts[0][j] for j in picked], [texts[1][j] for j in picked]
+        return ([texts[j] for j in picked],)
+
+    def encode(*texts):
+        return tokenizer(*texts, truncation=True, max_length=recipe["sequence_length"], padding=True,
                          return_tensors="pt")
 
     def batches(epoch):
-        order = torch.randperm(len(train[0])).tolist()
+        order = torch.randperm(len(train[1])).tolist()
         size = recipe["batch_size"]
-        return [{**encode([train[0][j] for j in order[i:i + size]]),
-                 "labels": torch.tensor(train[1][order[i:i + size]])} for i in range(0, len(order), size)]
+        return [{**encode(*rows(train[0], order[i:i + size])), "labels": torch.tensor(train[1][order[i:i + size]])}
+                for i in range(0, len(order), size)]
 
     trainer_loop(model, batches, args.epochs, recipe["learning_rate"], args.seed)
     with torch.no_grad():
-        logits = np.concatenate([model(**encode(test[0][i:i + 128])).logits.numpy()
-                                 for i in range(0, len(test[0]), 128)])
+        logits = np.concatenate([model(**encode(*rows(test[0], range(i, min(i + 128, len(test[1])))))).logits.numpy()
+                                 for i in range(0, len(test[1]), 128)])
     return float(np.mean(np.argmax(logits, -1) == test[1]))
 
 
-RUNS = {("kbert", "ner"): kbert_ner, ("kbert", "mr"): kbert_mr,
-        ("transformers", "ner"): transformers_ner, ("transformers", "mr"): transformers_mr}
+def kbert_pairs(args, recipe):
+    return kbert_mr(args, recipe, pairs_data, len(VITAMINC_LABELS))
+
+
+def transformers_pairs(args, recipe):
+    return transformers_mr(args, recipe, pairs_data, len(VITAMINC_LABELS))
+
+
+RUNS = {("kbert", "ner"): kbert_ner, ("kbert", "mr"): kbert_mr, ("kbert", "pairs"): kbert_pairs,
+        ("transformers", "ner"): transformers_ner, ("transformers", "mr"): transformers_mr,
+        ("transformers", "pairs"): transformers_pairs}
 
 
 def main():
@@ -212,7 +239,7 @@ def main():
     parser.add_argument("--sides", default="kbert,transformers")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--max-train-examples", type=int, default=0, help="0: all (NER 1,994 tweets, MR 9,545)")
+    parser.add_argument("--max-train-examples", type=int, default=0, help="0: all (NER 1,994 tweets, MR 9,545, pairs 4,000)")
     parser.add_argument("--kbert-compile", type=json.loads, default={}, help="JSON of extra compile arguments")
     parser.add_argument("--kbert-model", type=json.loads, default={},
                         help='JSON of extra from_preset arguments, e.g. {"length_groups": 0}')

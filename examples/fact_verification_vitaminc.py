@@ -17,28 +17,14 @@ the most common label.
 
 import argparse
 import collections
-import csv
-import os
 import time
 
 import numpy as np
-from example_data import minilm_folder
+from example_data import VITAMINC_LABELS, minilm_folder, read_vitaminc
 
 import kbert
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "vitaminc")
-LABELS = ["True", "False", "Neither"]
-
-
-def read_pairs(name):
-    """(evidences, claims) and label ids of one of the VitaminC files."""
-    with open(os.path.join(DATA, name), encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    unknown = {r["label"] for r in rows} - set(LABELS)
-    if unknown:
-        raise ValueError(f"{name} has labels {sorted(unknown)}; expected only {LABELS}.")
-    pairs = ([r["evidence"] for r in rows], [r["claim"] for r in rows])
-    return pairs, np.array([LABELS.index(r["label"]) for r in rows])
+LABELS = VITAMINC_LABELS
 
 
 def main():
@@ -55,11 +41,11 @@ def main():
     parser.add_argument("--dtype", default="auto", help="auto: bfloat16 matrix multiplications where fast; float32")
     args = parser.parse_args()
 
-    (evidences, claims), train_labels = read_pairs("train_subset.tsv")
+    (evidences, claims), train_labels = read_vitaminc("train_subset.tsv")
     if args.max_train_examples:
         n = args.max_train_examples
         evidences, claims, train_labels = evidences[:n], claims[:n], train_labels[:n]
-    test_pairs, test_labels = read_pairs("test.tsv")
+    test_pairs, test_labels = read_vitaminc("test.tsv")
     counts = collections.Counter(LABELS[i] for i in train_labels)
     print(f"VitaminC: {len(claims)} training pairs ({dict(counts)}), {len(test_labels)} test pairs")
 

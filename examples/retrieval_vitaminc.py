@@ -23,8 +23,7 @@ recall@1, recall@10, MRR@10 and nDCG@10 before and after fine-tuning.
 import argparse
 import collections
 
-from example_data import minilm_folder
-from fact_verification_vitaminc import read_pairs
+from example_data import minilm_folder, read_vitaminc
 from retrieval_squad_shifts import fine_tune_and_compare
 
 import kbert
@@ -61,8 +60,8 @@ def main():
     parser.add_argument("--sequence-length", type=int, default=128)
     args = parser.parse_args()
 
-    (test_evidences, test_claims), _ = read_pairs("test.tsv")
-    (evidences, claims), _ = read_pairs("train_subset.tsv")
+    (test_evidences, test_claims), _ = read_vitaminc("test.tsv")
+    (evidences, claims), _ = read_vitaminc("train_subset.tsv")
     evidences, claims = unseen(evidences, claims, test_evidences, test_claims)
     if args.max_train_pairs:
         evidences, claims = evidences[:args.max_train_pairs], claims[:args.max_train_pairs]
