@@ -42,10 +42,12 @@ def assert_trained_alike(single, distributed, initial):
 
 
 def assert_encodes_once_per_text(out):
-    # Not one row per replica (predict_on_batch runs a batch on every replica).
-    encoded, looped = weights(out, "encoded")
-    assert encoded.shape == looped.shape == (8, 16)
-    np.testing.assert_allclose(encoded, looped, atol=1e-5)
+    # The model run batch by batch (as entities, answer and fill_mask run it)
+    # gives one row per text, not one per replica (predict_on_batch runs a
+    # batch on every replica), equal to encode through Keras' loop.
+    batched, looped = weights(out, "encoded")
+    assert batched.shape == looped.shape == (8, 16)
+    np.testing.assert_allclose(batched, looped, atol=1e-5)
 
 
 def initial(path):
