@@ -30,6 +30,7 @@ Prints each run, then mean ± spread (half the range) per side.
 
 Usage:
     python benchmarks/finetune_parity.py --tasks ner,mr --seeds 0,1,2
+    python benchmarks/finetune_parity.py --tasks pairs --epochs 3 --learning-rate 5e-5
     python benchmarks/finetune_parity.py --tasks mr --max-train-examples 2000 --epochs 1 \\
         --kbert-compile '{"schedule": "constant"}' --sides kbert
 """
@@ -240,6 +241,7 @@ def main():
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-train-examples", type=int, default=0, help="0: all (NER 1,994 tweets, MR 9,545, pairs 4,000)")
+    parser.add_argument("--learning-rate", type=float, help="instead of the task's recipe")
     parser.add_argument("--kbert-compile", type=json.loads, default={}, help="JSON of extra compile arguments")
     parser.add_argument("--kbert-model", type=json.loads, default={},
                         help='JSON of extra from_preset arguments, e.g. {"length_groups": 0}')
@@ -249,13 +251,16 @@ def main():
         side, task, seed = args.run.split(":")
         args.seed = int(seed)
         start = time.perf_counter()
-        score = RUNS[side, task](args, RECIPES[task])
+        recipe = dict(RECIPES[task])
+        if args.learning_rate:
+            recipe["learning_rate"] = args.learning_rate
+        score = RUNS[side, task](args, recipe)
         print(json.dumps({"score": score, "seconds": time.perf_counter() - start}))
         return
 
     import keras
 
-    print(f"epochs {args.epochs}, training examples {args.max_train_examples or 'all'}, kbert on "
+    print(f"epochs {args.epochs}, learning rate {args.learning_rate or 'the recipe'}, training examples {args.max_train_examples or 'all'}, kbert on "
           f"{os.environ.get('KERAS_BACKEND', keras.backend.backend())}, kbert compile {args.kbert_compile}, "
           f"kbert model {args.kbert_model}",
           flush=True)
@@ -265,6 +270,7 @@ def main():
             for side in args.sides.split(","):
                 command = [sys.executable, __file__, "--run", f"{side}:{task}:{seed}", "--epochs", str(args.epochs),
                            "--max-train-examples", str(args.max_train_examples),
+                           *(["--learning-rate", str(args.learning_rate)] if args.learning_rate else []),
                            "--kbert-compile", json.dumps(args.kbert_compile),
                            "--kbert-model", json.dumps(args.kbert_model)]
                 result = measured(command, f"{side} {task} seed {seed}", tail=800)

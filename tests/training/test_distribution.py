@@ -5,6 +5,7 @@ the suite's backend, so it runs in one pass of the suite only.
 """
 
 import json
+import os
 import socket
 
 import keras
@@ -79,7 +80,7 @@ def test_in_batch_negatives_span_the_replicas_of_a_mirrored_strategy(tmp_path):
 def test_in_batch_negatives_span_the_devices_of_jax_data_parallel(tmp_path):
     out = tmp_path / "embedder.npz"
     tiny_run.run_tiny("data_parallel_embedder", "-", out, KERAS_BACKEND="jax",
-                      XLA_FLAGS="--xla_force_host_platform_device_count=2")
+                      XLA_FLAGS=f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count=2")
     single_loss, distributed_loss = np.load(out)["loss_0"], np.load(out)["loss_1"]
     np.testing.assert_allclose(distributed_loss, single_loss, rtol=1e-5)
     assert_trained_alike(weights(out, "single"), weights(out, "distributed"), weights(out, "initial"))
@@ -121,7 +122,7 @@ def test_plain_multi_worker_strategy_over_two_processes_trains_as_one_device(ini
 def test_jax_data_parallel_over_two_devices_trains_as_one_device(initial_weights, tmp_path):
     out = tmp_path / "data_parallel.npz"
     tiny_run.run_tiny("data_parallel", initial_weights, out, KERAS_BACKEND="jax",
-                      XLA_FLAGS="--xla_force_host_platform_device_count=2")
+                      XLA_FLAGS=f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count=2")
     assert_trained_alike(weights(out, "single"), weights(out, "distributed"), initial(initial_weights))
 
 
