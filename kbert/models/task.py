@@ -11,7 +11,7 @@ import tensorflow as tf
 from kbert.models.task_answers import Answering
 from kbert.models.task_inputs import RawTextInput
 from kbert.models.task_presets import TaskPresets
-from kbert.text.pipeline import check_counts, steps, take
+from kbert.text.pipeline import check_counts, slices, steps, take
 from kbert.training.distribution import DistributedTraining
 from kbert.training.optimizers import EPSILON, bert_adamw, warmup_steps
 from kbert.training.schedules import WarmupLinearDecay
@@ -176,9 +176,7 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         over the devices."""
         if not self._is_raw(x):
             return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
-        strategy = getattr(self, "distribute_strategy", None)
-        if (isinstance(x, tf.data.Dataset) or any(v is not None for v in kwargs.values())
-                or (strategy is not None and strategy.num_replicas_in_sync > 1)
+        if (isinstance(x, tf.data.Dataset) or any(v is not None for v in kwargs.values()) or self._replicas() > 1
                 or keras.distribution.distribution() is not None):
             return self._in_length_order(
                 x, lambda x: super(Task, self).predict(self._dataset(x, batch_size=batch_size), verbose=verbose,
@@ -203,15 +201,12 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         rows of features (a question answerer's windows): they are run
         `batch_size` rows at a time."""
         batch_size = batch_size or 32
-        count = int(tf.nest.flatten(parts)[0].shape[0])
-        starts = range(0, count, batch_size)
-        progress = keras.utils.Progbar(len(starts), verbose=1 if verbose == "auto" else verbose) if verbose else None
+        count = -(-int(tf.nest.flatten(parts)[0].shape[0]) // batch_size)
+        progress = keras.utils.Progbar(count, verbose=1 if verbose == "auto" else verbose) if verbose else None
         outputs = []
-        for i, start in enumerate(starts):
-            features = preprocess(*tf.nest.map_structure(lambda t: t[start:start + batch_size], parts))
-            rows = int(tf.shape(tf.nest.flatten(features)[0])[0])
-            for row in range(0, rows, batch_size):
-                outputs.append(self._predict_batch(tf.nest.map_structure(lambda t: t[row:row + batch_size], features)))
+        for i, part in enumerate(slices(parts, batch_size)):
+            features = preprocess(*part)
+            outputs += [self._predict_batch(rows) for rows in slices(features, batch_size)]
             if progress is not None:
                 progress.update(i + 1)
         return keras.tree.map_structure(_concatenated, *outputs)

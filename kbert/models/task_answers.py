@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from kbert import serving
-from kbert.text.pipeline import text_tensor
+from kbert.text.pipeline import slices, text_tensor
 
 # A model trained on JAX or PyTorch is exported by a TensorFlow process that
 # loads it from a preset: argv is preset, path, pairs, top_k.
@@ -99,13 +99,18 @@ class Answering:
         """The model's outputs on one batch of features (TensorFlow tensors,
         handed over as numpy so that any backend takes them)."""
         features = keras.tree.map_structure(lambda v: v.numpy(), features)
-        strategy = getattr(self, "distribute_strategy", None)
-        if strategy is not None and strategy.num_replicas_in_sync > 1:
+        if self._replicas() > 1:
             # predict_on_batch would run the whole batch on every replica and
             # concatenate their outputs: one row per replica. (predict on many
             # texts runs Keras' distributed loop instead.)
             return keras.tree.map_structure(keras.ops.convert_to_numpy, self(features, training=False))
         return self.predict_on_batch(features)
+
+    def _replicas(self):
+        """How many replicas the model's `tf.distribute` strategy runs (1
+        without one)."""
+        strategy = getattr(self, "distribute_strategy", None)
+        return 1 if strategy is None else strategy.num_replicas_in_sync
 
     def _answers_in_slices(self, inputs, batch_size=32, pairs=False, top_k=5):
         """What the exported model answers, computed here: a list of dicts of
@@ -118,10 +123,8 @@ class Answering:
             self._traced(("answers", i, pairs, top_k), lambda i=i: self._answering(pairs=pairs, top_k=top_k)[i])
             for i in (0, 1)
         )
-        inputs = text_tensor(tuple(inputs))
         rows = []
-        for start in range(0, int(tf.shape(inputs[0])[0]), batch_size):
-            part = [x[start:start + batch_size] for x in inputs]
+        for part in slices(text_tensor(tuple(inputs)), batch_size):
             features, context = preprocess(*part)
             outputs = keras.tree.map_structure(
                 lambda v: tf.convert_to_tensor(keras.ops.convert_to_numpy(v)), self._predict_batch(features))

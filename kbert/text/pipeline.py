@@ -117,6 +117,14 @@ def take(x, order):
     return np.asarray(x)[order]
 
 
+def slices(parts, batch_size):
+    """`parts` (a structure of tensors with the same number of rows),
+    `batch_size` rows at a time."""
+    count = int(tf.nest.flatten(parts)[0].shape[0])
+    for start in range(0, count, batch_size):
+        yield tf.nest.map_structure(lambda t: t[start:start + batch_size], parts)
+
+
 def steps(x, batch_size):
     if isinstance(x, tf.data.Dataset):
         return int(x.cardinality())
