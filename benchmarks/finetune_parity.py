@@ -20,6 +20,10 @@ Tasks (`--tasks`):
   `kbert.metrics.entity_f1`) on the held-out tweets.
 - `mr`: MR sentences (`examples/data/mr`), length 128, batch 32, lr 5e-5;
   accuracy on the 1,060 test sentences.
+- `qa`: SQuAD-Shifts questions (`examples/data/squad_shifts`), the
+  questions on the last 24 paragraphs held out, windows of 192 tokens 128
+  apart, batch 16, lr 1e-4 (`examples/qa_squad_shifts.py`'s recipe); SQuAD's
+  F1 (and exact match) on the held-out questions.
 - `pairs`: VitaminC (evidence, claim) pairs (`examples/data/vitaminc`), True /
   False / Neither, the 4,000 of `train_subset.tsv`, length 128, batch 32,
   lr 1e-4 (`examples/fact_verification_vitaminc.py`'s recipe); accuracy on
@@ -31,6 +35,8 @@ Prints each run, then mean ± spread (half the range) per side.
 Usage:
     python benchmarks/finetune_parity.py --tasks ner,mr --seeds 0,1,2
     python benchmarks/finetune_parity.py --tasks pairs --epochs 3 --learning-rate 5e-5
+    python benchmarks/finetune_parity.py --tasks ner --epochs 5 --sequence-length 64 --batch-size 16 \\
+        --learning-rate 3e-4
     python benchmarks/finetune_parity.py --tasks mr --max-train-examples 2000 --epochs 1 \\
         --kbert-compile '{"schedule": "constant"}' --sides kbert
 """
@@ -46,13 +52,18 @@ import numpy as np
 from measured import measured
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from example_data import DATA, VITAMINC_LABELS, minilm_folder, read_mr, read_vitaminc  # noqa: E402
+from example_data import DATA, VITAMINC_LABELS, minilm_folder, read_mr, read_squad, read_vitaminc  # noqa: E402
 
 RECIPES = {
     "ner": {"sequence_length": 48, "batch_size": 8, "learning_rate": 1e-4},
     "mr": {"sequence_length": 128, "batch_size": 32, "learning_rate": 5e-5},
     "pairs": {"sequence_length": 128, "batch_size": 32, "learning_rate": 1e-4},
+    "qa": {"sequence_length": 192, "batch_size": 16, "learning_rate": 1e-4},
 }
+# Question answering (`examples/qa_squad_shifts.py`'s settings): windows of
+# the context STRIDE tokens apart, questions cut to 48 tokens, answers of up
+# to 30 tokens, the best of 20 starts and 20 ends per window.
+STRIDE, MAX_QUESTION, MAX_ANSWER, CANDIDATES = 128, 48, 30, 20
 WARMUP, WEIGHT_DECAY, EPSILON, CLIP = 0.1, 0.01, 1e-8, 1.0
 
 
@@ -79,6 +90,23 @@ def pairs_data(args):
     (evidences, claims), labels = read_vitaminc("train_subset.tsv")
     n = args.max_train_examples or len(labels)
     return ((evidences[:n], claims[:n]), labels[:n]), read_vitaminc("test.tsv")
+
+
+def qa_data(args):
+    """Training and held-out (question, context, answers), the held-out ones
+    on the last 24 paragraphs."""
+    paragraphs = read_squad()
+    train = [e for p in paragraphs[:-24] for e in p]
+    return train[: args.max_train_examples] if args.max_train_examples else train, \
+        [e for p in paragraphs[-24:] for e in p]
+
+
+def squad_scores(predicted, test):
+    """SQuAD's F1 as the score, and its exact match, as fractions."""
+    from kbert.metrics import squad_metrics
+
+    scores = squad_metrics(predicted, [[g["text"] for g in gold] for _, _, gold in test])
+    return {"score": scores["f1"] / 100, "exact_match": scores["exact_match"] / 100}
 
 
 # === kbert ===
@@ -113,6 +141,24 @@ def kbert_mr(args, recipe, data=mr_data, num_classes=2):
     model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
     model.fit(*train, batch_size=recipe["batch_size"], epochs=args.epochs, verbose=0)
     return float(np.mean(np.argmax(model.predict(test[0], batch_size=128, verbose=0), -1) == test[1]))
+
+
+def kbert_qa(args, recipe):
+    import keras
+
+    import kbert
+
+    train, test = qa_data(args)
+    keras.utils.set_random_seed(args.seed)
+    model = kbert.BertQuestionAnswerer.from_preset(
+        minilm_folder(), dtype="float32", sequence_length=recipe["sequence_length"], stride=STRIDE,
+        max_question_length=MAX_QUESTION, max_answer_length=MAX_ANSWER, **args.kbert_model)
+    model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
+    # Each question's first answer, as BERT's SQuAD v1.1 setup.
+    model.fit(([q for q, _, _ in train], [c for _, c, _ in train]), [a[0] for _, _, a in train],
+              batch_size=recipe["batch_size"], epochs=args.epochs, verbose=0)
+    answers = model.answer([q for q, _, _ in test], [c for _, c, _ in test], batch_size=64)
+    return squad_scores([a["answer"] for a in answers], test)
 
 
 # === transformers, as its Trainer trains ===
@@ -221,6 +267,73 @@ def transformers_mr(args, recipe, data=mr_data, num_classes=2):
     return float(np.mean(np.argmax(logits, -1) == test[1]))
 
 
+def transformers_qa(args, recipe):
+    """`BertForQuestionAnswering` as transformers' `run_qa.py` trains and
+    decodes it (the first answer's tokens, [CLS] where a window does not hold
+    it; the best-scoring span of 20 starts and 20 ends over all windows), on
+    kbert's windows: `run_qa`'s `doc_stride` is the overlap of two windows,
+    so each question gets the overlap that puts its windows STRIDE apart."""
+    import torch
+    import transformers
+
+    train, test = qa_data(args)
+    torch.manual_seed(args.seed)
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_folder())
+    model = transformers.BertForQuestionAnswering.from_pretrained(minilm_folder())
+    length = recipe["sequence_length"]
+
+    def windows(question, context):
+        ids = tokenizer(question, add_special_tokens=False)["input_ids"]
+        if len(ids) > MAX_QUESTION:
+            question = tokenizer.decode(ids[:MAX_QUESTION])
+        window = length - min(len(ids), MAX_QUESTION) - 3
+        return tokenizer(question, context, truncation="only_second", max_length=length,
+                         stride=max(window - STRIDE, 0), return_overflowing_tokens=True, return_offsets_mapping=True)
+
+    def labelled(question, context, answer):
+        encoded = windows(question, context)
+        start_char, end_char = answer["answer_start"], answer["answer_start"] + len(answer["text"])
+        rows = []
+        for i, offsets in enumerate(encoded["offset_mapping"]):
+            inside = [p for p, s in enumerate(encoded.sequence_ids(i)) if s == 1]
+            start = end = 0
+            if offsets[inside[0]][0] <= start_char and offsets[inside[-1]][1] >= end_char:
+                start = next(p for p in inside if offsets[p][1] > start_char)
+                end = next(p for p in reversed(inside) if offsets[p][0] < end_char)
+            rows.append({"input_ids": encoded["input_ids"][i], "token_type_ids": encoded["token_type_ids"][i],
+                         "attention_mask": encoded["attention_mask"][i], "start_positions": start,
+                         "end_positions": end})
+        return rows
+
+    features = [row for q, c, answers in train for row in labelled(q, c, answers[0])]
+
+    def batches(epoch):
+        order = torch.randperm(len(features)).tolist()
+        size = recipe["batch_size"]
+        return [tokenizer.pad([features[j] for j in order[i:i + size]], return_tensors="pt")
+                for i in range(0, len(order), size)]
+
+    trainer_loop(model, batches, args.epochs, recipe["learning_rate"], args.seed)
+    predicted = []
+    with torch.no_grad():
+        for question, context, _ in test:
+            encoded = windows(question, context)
+            offsets = encoded.pop("offset_mapping")
+            encoded.pop("overflow_to_sample_mapping")
+            outputs = model(**tokenizer.pad(encoded, return_tensors="pt"))
+            start_logits, end_logits = outputs.start_logits.numpy(), outputs.end_logits.numpy()
+            best, answer = -np.inf, ""
+            for i in range(len(offsets)):
+                inside = {p for p, s in enumerate(encoded.sequence_ids(i)) if s == 1}
+                for start in np.argsort(start_logits[i])[::-1][:CANDIDATES]:
+                    for end in np.argsort(end_logits[i])[::-1][:CANDIDATES]:
+                        score = start_logits[i, start] + end_logits[i, end]
+                        if start in inside and end in inside and start <= end < start + MAX_ANSWER and score > best:
+                            best, answer = score, context[offsets[i][start][0]:offsets[i][end][1]]
+            predicted.append(answer)
+    return squad_scores(predicted, test)
+
+
 def kbert_pairs(args, recipe):
     return kbert_mr(args, recipe, pairs_data, len(VITAMINC_LABELS))
 
@@ -231,7 +344,12 @@ def transformers_pairs(args, recipe):
 
 RUNS = {("kbert", "ner"): kbert_ner, ("kbert", "mr"): kbert_mr, ("kbert", "pairs"): kbert_pairs,
         ("transformers", "ner"): transformers_ner, ("transformers", "mr"): transformers_mr,
-        ("transformers", "pairs"): transformers_pairs}
+        ("transformers", "pairs"): transformers_pairs, ("kbert", "qa"): kbert_qa, ("transformers", "qa"): transformers_qa}
+
+
+def changed(args):
+    """The recipe settings given on the command line."""
+    return {key: getattr(args, key) for key in RECIPES["mr"] if getattr(args, key) is not None}
 
 
 def main():
@@ -240,8 +358,9 @@ def main():
     parser.add_argument("--sides", default="kbert,transformers")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--max-train-examples", type=int, default=0, help="0: all (NER 1,994 tweets, MR 9,545, pairs 4,000)")
-    parser.add_argument("--learning-rate", type=float, help="instead of the task's recipe")
+    parser.add_argument("--max-train-examples", type=int, default=0, help="0: all (NER 1,994 tweets, MR 9,545, pairs 4,000, QA 495)")
+    for key, kind in (("sequence_length", int), ("batch_size", int), ("learning_rate", float)):
+        parser.add_argument(f"--{key.replace('_', '-')}", type=kind, help="instead of the task's recipe")
     parser.add_argument("--kbert-compile", type=json.loads, default={}, help="JSON of extra compile arguments")
     parser.add_argument("--kbert-model", type=json.loads, default={},
                         help='JSON of extra from_preset arguments, e.g. {"length_groups": 0}')
@@ -251,16 +370,15 @@ def main():
         side, task, seed = args.run.split(":")
         args.seed = int(seed)
         start = time.perf_counter()
-        recipe = dict(RECIPES[task])
-        if args.learning_rate:
-            recipe["learning_rate"] = args.learning_rate
-        score = RUNS[side, task](args, recipe)
-        print(json.dumps({"score": score, "seconds": time.perf_counter() - start}))
+        recipe = {**RECIPES[task], **changed(args)}
+        scores = RUNS[side, task](args, recipe)
+        scores = scores if isinstance(scores, dict) else {"score": scores}
+        print(json.dumps({**scores, "seconds": time.perf_counter() - start}))
         return
 
     import keras
 
-    print(f"epochs {args.epochs}, learning rate {args.learning_rate or 'the recipe'}, training examples {args.max_train_examples or 'all'}, kbert on "
+    print(f"epochs {args.epochs}, recipe changes {changed(args)}, training examples {args.max_train_examples or 'all'}, kbert on "
           f"{os.environ.get('KERAS_BACKEND', keras.backend.backend())}, kbert compile {args.kbert_compile}, "
           f"kbert model {args.kbert_model}",
           flush=True)
@@ -270,14 +388,17 @@ def main():
             for side in args.sides.split(","):
                 command = [sys.executable, __file__, "--run", f"{side}:{task}:{seed}", "--epochs", str(args.epochs),
                            "--max-train-examples", str(args.max_train_examples),
-                           *(["--learning-rate", str(args.learning_rate)] if args.learning_rate else []),
+                           *[f for key, value in changed(args).items() for f in (f"--{key.replace('_', '-')}", str(value))],
                            "--kbert-compile", json.dumps(args.kbert_compile),
                            "--kbert-model", json.dumps(args.kbert_model)]
                 result = measured(command, f"{side} {task} seed {seed}", tail=800)
                 if result is None:
                     continue
                 scores.setdefault((task, side), []).append(result["score"])
-                print(f"{task} {side:<13} seed {seed}: {result['score']:.2%} ({result['seconds']:.0f} s)", flush=True)
+                others = "".join(f", {k.replace('_', ' ')} {v:.2%}" for k, v in result.items()
+                                 if k not in ("score", "seconds"))
+                print(f"{task} {side:<13} seed {seed}: {result['score']:.2%}{others} ({result['seconds']:.0f} s)",
+                      flush=True)
 
     print(f"\n| task | {' | '.join(args.sides.split(','))} |\n|---|" + "---|" * len(args.sides.split(",")))
     for task in args.tasks.split(","):

@@ -2,6 +2,7 @@
 pre-trained checkpoint."""
 
 import csv
+import json
 import os
 
 import numpy as np
@@ -37,3 +38,12 @@ def read_vitaminc(name):
         raise ValueError(f"{name} has labels {sorted(unknown)}; expected only {VITAMINC_LABELS}.")
     pairs = ([r["evidence"] for r in rows], [r["claim"] for r in rows])
     return pairs, np.array([VITAMINC_LABELS.index(r["label"]) for r in rows])
+
+
+def read_squad(name="new_wiki_subset.json"):
+    """The paragraphs of a SQuAD v1.1 file in `squad_shifts`, each a list of
+    (question, context, answers) in SQuAD's format."""
+    with open(os.path.join(DATA, "squad_shifts", name), encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    return [[(qa["question"], paragraph["context"], qa["answers"]) for qa in paragraph["qas"]]
+            for article in data for paragraph in article["paragraphs"]]

@@ -12,24 +12,12 @@ exact match and F1 on the held-out questions, against all their answers.
 """
 
 import argparse
-import json
-import os
 import time
 
-from example_data import minilm_folder
+from example_data import minilm_folder, read_squad
 
 import kbert
 from kbert.metrics import squad_metrics
-
-DATA = os.path.join(os.path.dirname(__file__), "data", "squad_shifts", "new_wiki_subset.json")
-
-
-def read_squad(path):
-    """Paragraphs, each a list of (question, context, answers) in SQuAD's format."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)["data"]
-    return [[(qa["question"], paragraph["context"], qa["answers"]) for qa in paragraph["qas"]]
-            for article in data for paragraph in article["paragraphs"]]
 
 
 def main():
@@ -44,7 +32,7 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     args = parser.parse_args()
 
-    paragraphs = read_squad(DATA)
+    paragraphs = read_squad()
     train = [e for p in paragraphs[: -args.test_paragraphs] for e in p]
     test = [e for p in paragraphs[-args.test_paragraphs:] for e in p]
     train = train[: args.max_examples] if args.max_examples else train
