@@ -40,10 +40,19 @@ def read_vitaminc(name):
     return pairs, np.array([VITAMINC_LABELS.index(r["label"]) for r in rows])
 
 
-def read_squad(name="new_wiki_subset.json"):
-    """The paragraphs of a SQuAD v1.1 file in `squad_shifts`, each a list of
-    (question, context, answers) in SQuAD's format."""
-    with open(os.path.join(DATA, "squad_shifts", name), encoding="utf-8") as f:
-        data = json.load(f)["data"]
-    return [[(qa["question"], paragraph["context"], qa["answers"]) for qa in paragraph["qas"]]
-            for article in data for paragraph in article["paragraphs"]]
+def squad_split():
+    """Extractive QA split by article, each a list of (question, context,
+    answers) in SQuAD's format: training questions (all of
+    `new_wiki_train.json`'s 8 articles) and test questions (those of
+    `new_wiki_subset.json` on its 40 other articles)."""
+    def articles(name):
+        with open(os.path.join(DATA, "squad_shifts", name), encoding="utf-8") as f:
+            return json.load(f)["data"]
+
+    def examples(articles):
+        return [(qa["question"], paragraph["context"], qa["answers"])
+                for article in articles for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+
+    train = articles("new_wiki_train.json")
+    trained = {article["title"] for article in train}
+    return examples(train), examples(a for a in articles("new_wiki_subset.json") if a["title"] not in trained)
