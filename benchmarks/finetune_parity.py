@@ -65,6 +65,8 @@ RECIPES = {
 # the context STRIDE tokens apart, questions cut to 48 tokens, answers of up
 # to 30 tokens, the best of 20 starts and 20 ends per window.
 STRIDE, MAX_QUESTION, MAX_ANSWER, CANDIDATES = 128, 48, 30, 20
+# What the command line may change in a task's recipe.
+SETTINGS = {"sequence_length": int, "batch_size": int, "learning_rate": float}
 WARMUP, WEIGHT_DECAY, EPSILON, CLIP = 0.1, 0.01, 1e-8, 1.0
 
 
@@ -323,8 +325,9 @@ def transformers_qa(args, recipe):
             best, answer = -np.inf, ""
             for i in range(len(offsets)):
                 inside = {p for p, s in enumerate(encoded.sequence_ids(i)) if s == 1}
+                ends = np.argsort(end_logits[i])[::-1][:CANDIDATES]
                 for start in np.argsort(start_logits[i])[::-1][:CANDIDATES]:
-                    for end in np.argsort(end_logits[i])[::-1][:CANDIDATES]:
+                    for end in ends:
                         score = start_logits[i, start] + end_logits[i, end]
                         if start in inside and end in inside and start <= end < start + MAX_ANSWER and score > best:
                             best, answer = score, context[offsets[i][start][0]:offsets[i][end][1]]
@@ -347,7 +350,7 @@ RUNS = {("kbert", "ner"): kbert_ner, ("kbert", "mr"): kbert_mr, ("kbert", "pairs
 
 def changed(args):
     """The recipe settings given on the command line."""
-    return {key: getattr(args, key) for key in RECIPES["mr"] if getattr(args, key) is not None}
+    return {key: getattr(args, key) for key in SETTINGS if getattr(args, key) is not None}
 
 
 def main():
@@ -358,7 +361,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-train-examples", type=int, default=0,
                         help="0: all (NER 1,994 tweets, MR 9,545, pairs 4,000, QA 1,622)")
-    for key, kind in (("sequence_length", int), ("batch_size", int), ("learning_rate", float)):
+    for key, kind in SETTINGS.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=kind, help="instead of the task's recipe")
     parser.add_argument("--kbert-compile", type=json.loads, default={}, help="JSON of extra compile arguments")
     parser.add_argument("--kbert-model", type=json.loads, default={},
