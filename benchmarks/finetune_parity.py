@@ -111,6 +111,13 @@ def squad_scores(predicted, test):
 
 # === kbert ===
 
+def compile_kbert(model, recipe, args):
+    """kbert's default `compile` at the recipe's learning rate (kbert's own
+    where the recipe has none), with `--kbert-compile`'s arguments."""
+    rate = {"learning_rate": recipe["learning_rate"]} if "learning_rate" in recipe else {}
+    model.compile(**rate, **args.kbert_compile)
+
+
 def kbert_ner(args, recipe):
     import keras
 
@@ -122,8 +129,8 @@ def kbert_ner(args, recipe):
     model = kbert.BertTokenClassifier.from_preset(minilm_folder(), num_classes=len(class_names),
                                                   class_names=class_names, dtype="float32",
                                                   sequence_length=recipe["sequence_length"], **args.kbert_model)
-    model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
-    model.fit([w for w, _ in train], [t for _, t in train], batch_size=recipe["batch_size"], epochs=args.epochs,
+    compile_kbert(model, recipe, args)
+    model.fit([w for w, _ in train], [t for _, t in train], batch_size=recipe.get("batch_size"), epochs=args.epochs,
               verbose=0)
     predicted = model.tags([w for w, _ in test], batch_size=64)
     return entity_f1([t for _, t in test], [[tag for _, tag, _ in words] for words in predicted])["f1"]
@@ -138,8 +145,8 @@ def kbert_mr(args, recipe, data=mr_data, num_classes=2):
     keras.utils.set_random_seed(args.seed)
     model = kbert.BertClassifier.from_preset(minilm_folder(), num_classes=num_classes, dtype="float32",
                                              sequence_length=recipe["sequence_length"], **args.kbert_model)
-    model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
-    model.fit(*train, batch_size=recipe["batch_size"], epochs=args.epochs, verbose=0)
+    compile_kbert(model, recipe, args)
+    model.fit(*train, batch_size=recipe.get("batch_size"), epochs=args.epochs, verbose=0)
     return float(np.mean(np.argmax(model.predict(test[0], batch_size=128, verbose=0), -1) == test[1]))
 
 
@@ -153,31 +160,35 @@ def kbert_qa(args, recipe):
     model = kbert.BertQuestionAnswerer.from_preset(
         minilm_folder(), dtype="float32", sequence_length=recipe["sequence_length"], stride=STRIDE,
         max_question_length=MAX_QUESTION, max_answer_length=MAX_ANSWER, **args.kbert_model)
-    model.compile(learning_rate=recipe["learning_rate"], **args.kbert_compile)
+    compile_kbert(model, recipe, args)
     # Each question's first answer, as BERT's SQuAD v1.1 setup.
     model.fit(([q for q, _, _ in train], [c for _, c, _ in train]), [a[0] for _, _, a in train],
-              batch_size=recipe["batch_size"], epochs=args.epochs, verbose=0)
+              batch_size=recipe.get("batch_size"), epochs=args.epochs, verbose=0)
     answers = model.answer([q for q, _, _ in test], [c for _, c, _ in test], batch_size=64)
     return squad_scores([a["answer"] for a in answers], test)
 
 
 # === transformers, as its Trainer trains ===
 
-def trainer_loop(model, batches, epochs, learning_rate, seed):
+def trainer_loop(model, batches, epochs, recipe):
     """`Trainer`'s optimizer, schedule and clipping; `batches(epoch)` gives
-    one epoch's batches (the dicts `model` takes, labels included)."""
+    one epoch's batches (the dicts `model` takes, labels included). The
+    recipe's `learning_rate`, and its `warmup` and `weight_decay` where it
+    has them (WARMUP and WEIGHT_DECAY where not)."""
     import torch
     import transformers
 
     no_decay = [n for n, _ in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+    weight_decay = recipe.get("weight_decay", WEIGHT_DECAY)
     optimizer = torch.optim.AdamW(
-        [{"params": [p for n, p in model.named_parameters() if n not in no_decay], "weight_decay": WEIGHT_DECAY},
+        [{"params": [p for n, p in model.named_parameters() if n not in no_decay], "weight_decay": weight_decay},
          {"params": [p for n, p in model.named_parameters() if n in no_decay], "weight_decay": 0.0}],
-        lr=learning_rate, eps=EPSILON,
+        lr=recipe["learning_rate"], eps=EPSILON,
     )
     epoch_batches = [batches(epoch) for epoch in range(epochs)]
     total = sum(len(b) for b in epoch_batches)
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, math.ceil(WARMUP * total), total)
+    warmup = math.ceil(recipe.get("warmup", WARMUP) * total)
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
     model.train()
     for batch in (b for epoch in epoch_batches for b in epoch):
         model(**batch).loss.backward()
@@ -222,7 +233,7 @@ def transformers_ner(args, recipe):
         return [encode([train[j][0] for j in order[i:i + size]], [train[j][1] for j in order[i:i + size]])[0]
                 for i in range(0, len(order), size)]
 
-    trainer_loop(model, batches, args.epochs, recipe["learning_rate"], args.seed)
+    trainer_loop(model, batches, args.epochs, recipe)
     predicted = []
     with torch.no_grad():
         for i in range(0, len(test), 64):
@@ -260,7 +271,7 @@ def transformers_mr(args, recipe, data=mr_data, num_classes=2):
         return [{**encode(*rows(train[0], order[i:i + size])), "labels": torch.tensor(train[1][order[i:i + size]])}
                 for i in range(0, len(order), size)]
 
-    trainer_loop(model, batches, args.epochs, recipe["learning_rate"], args.seed)
+    trainer_loop(model, batches, args.epochs, recipe)
     with torch.no_grad():
         logits = np.concatenate([model(**encode(*rows(test[0], range(i, min(i + 128, len(test[1])))))).logits.numpy()
                                  for i in range(0, len(test[1]), 128)])
@@ -313,7 +324,7 @@ def transformers_qa(args, recipe):
         return [tokenizer.pad([features[j] for j in order[i:i + size]], return_tensors="pt")
                 for i in range(0, len(order), size)]
 
-    trainer_loop(model, batches, args.epochs, recipe["learning_rate"], args.seed)
+    trainer_loop(model, batches, args.epochs, recipe)
     predicted = []
     with torch.no_grad():
         for question, context, _ in test:

@@ -134,6 +134,11 @@ class BertBackbone(keras.Model):
             )
 
         tokens = token_embedding(token_ids)
+        # Padding positions read the [PAD] row but do not train it, as
+        # transformers' `padding_idx`: a loss over every position (extractive
+        # QA's softmax) would otherwise move that row on every step.
+        tokens = keras.ops.where(keras.ops.expand_dims(padding_mask, -1) > 0, tokens,
+                                 keras.ops.stop_gradient(tokens))
         x = tokens + segment_embedding(segment_ids) + position_embedding(tokens, **packed)
         x = embeddings_dropout(embeddings_layer_norm(x))
         hidden_states = [x]

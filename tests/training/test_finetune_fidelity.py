@@ -172,16 +172,16 @@ def test_classifier_trains_as_transformers(tmp_path):
 
 def test_question_answerer_trains_as_transformers(tmp_path):
     tokenizer, hf_model = save_checkpoint(tmp_path, transformers.BertForQuestionAnswering)
-    # Every window full, question and context filling its 24 tokens exactly:
-    # the loss is over all positions, and transformers never trains the
-    # [PAD] row of its word embeddings (padding_idx) where kbert does.
+    # Contexts of 3 to 17 tokens in windows of 24, padded as kbert pads them
+    # (to the sequence length): the loss's softmax spans every position,
+    # padding included, and neither side trains the [PAD] row from there.
     length = 24
     model = kbert.BertQuestionAnswerer.from_preset(str(tmp_path), sequence_length=length, max_question_length=6)
     rng = np.random.default_rng(5)
     questions, contexts, answers = [], [], []
     for words in random_sentences(BATCH * STEPS, seed=6):
         question = " ".join(WORDS[j] for j in rng.integers(0, len(WORDS), 3)) + " ?"  # 4 tokens
-        room = length - 3 - 4
+        room = int(rng.integers(3, length - 3 - 4 + 1))
         context_words = []
         for word in words + list(rng.choice(WORDS, room)):  # WORDS are one piece each
             pieces = len(tokenizer(word, add_special_tokens=False)["input_ids"])
@@ -198,8 +198,8 @@ def test_question_answerer_trains_as_transformers(tmp_path):
     batches = []
     for i in range(0, len(questions), BATCH):
         encoded = tokenizer(questions[i:i + BATCH], contexts[i:i + BATCH], truncation="only_second",
-                            max_length=length, padding=True, return_offsets_mapping=True, return_tensors="pt")
-        assert encoded["attention_mask"].all()  # no padding
+                            max_length=length, padding="max_length", return_offsets_mapping=True,
+                            return_tensors="pt")
         starts, ends = [], []
         for row, answer in enumerate(answers[i:i + BATCH]):
             first_char, end_char = answer["answer_start"], answer["answer_start"] + len(answer["text"])
@@ -214,6 +214,6 @@ def test_question_answerer_trains_as_transformers(tmp_path):
     hf_losses = train_transformers(hf_model, batches)
 
     kbert_losses = train_kbert(model, (questions, contexts), answers)
-    # With no padding, every position's logit moves with these biases alike.
+    # Every position's logit moves with these biases alike.
     unmoved = ("qa_outputs.bias", "bert.encoder.layer.1.output.LayerNorm.bias")
     assert_same_training(model, hf_model, kbert_losses, hf_losses, unmoved)
