@@ -200,6 +200,7 @@ def test_question_answerer_trains_as_transformers(tmp_path):
         encoded = tokenizer(questions[i:i + BATCH], contexts[i:i + BATCH], truncation="only_second",
                             max_length=length, padding="max_length", return_offsets_mapping=True,
                             return_tensors="pt")
+        assert not encoded["attention_mask"].all()  # padding in every batch
         starts, ends = [], []
         for row, answer in enumerate(answers[i:i + BATCH]):
             first_char, end_char = answer["answer_start"], answer["answer_start"] + len(answer["text"])
