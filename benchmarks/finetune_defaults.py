@@ -53,9 +53,12 @@ def keras_hub_classifier(args, data, num_classes, length):
     model = keras_hub.models.BertTextClassifier.from_preset(minilm_folder(), num_classes=num_classes,
                                                             dtype="float32")
     model.preprocessor.sequence_length = length
-    as_arrays = lambda texts: tuple(np.array(t) for t in texts) if isinstance(texts, tuple) else np.array(texts)  # noqa: E731
-    model.fit(as_arrays(x), y, epochs=args.epochs, verbose=0)
-    return float(np.mean(np.argmax(model.predict(as_arrays(test_x), batch_size=128, verbose=0), -1) == test_y))
+
+    def arrays(texts):  # a list of texts, or a tuple of two lists (pairs)
+        return tuple(np.array(t) for t in texts) if isinstance(texts, tuple) else np.array(texts)
+
+    model.fit(arrays(x), y, epochs=args.epochs, verbose=0)
+    return float(np.mean(np.argmax(model.predict(arrays(test_x), batch_size=128, verbose=0), -1) == test_y))
 
 
 def keras_hub_mr(args, recipe):
