@@ -36,8 +36,8 @@ import sys
 import time
 
 import numpy as np
-from finetune_parity import RECIPES, RUNS, VITAMINC_LABELS, minilm_folder, mr_data, pairs_data
-from measured import measured
+from finetune_parity import (RECIPES, RUNS, VITAMINC_LABELS, measured_score, minilm_folder, mr_data, pairs_data,
+                             print_scores, spread)
 
 # TrainingArguments' defaults.
 TRAINER_DEFAULTS = {"batch_size": 8, "learning_rate": 5e-5, "warmup": 0.0, "weight_decay": 0.0}
@@ -101,9 +101,7 @@ def main():
         if args.max_train_examples is None:
             args.max_train_examples = MR_TRAIN_EXAMPLES if task == "mr" else 0
         start = time.perf_counter()
-        scores = run(side, task, args)
-        scores = scores if isinstance(scores, dict) else {"score": scores}
-        print(json.dumps({**scores, "seconds": time.perf_counter() - start}))
+        print_scores(run(side, task, args), start)
         return
 
     print(f"training examples {args.max_train_examples or 'task default'}, kbert on "
@@ -122,25 +120,15 @@ def main():
                                "--kbert-model", json.dumps(args.kbert_model)]
                     if args.max_train_examples is not None:
                         command += ["--max-train-examples", str(args.max_train_examples)]
-                    result = measured(command, f"{names[side]} {task} {epochs} epochs seed {seed}", tail=800)
-                    if result is None:
-                        continue
-                    scores.setdefault((task, epochs, side), []).append(result["score"])
-                    others = "".join(f", {k.replace('_', ' ')} {v:.2%}" for k, v in result.items()
-                                     if k not in ("score", "seconds"))
-                    print(f"{task} {epochs} epochs {names[side]:<14} seed {seed}: {result['score']:.2%}{others} "
-                          f"({result['seconds']:.0f} s)", flush=True)
+                    score = measured_score(command, f"{task} {epochs} epochs {names[side]} seed {seed}")
+                    if score is not None:
+                        scores.setdefault((task, epochs, side), []).append(score)
 
     sides = args.sides.split(",")
     print(f"\n| task | epochs | {' | '.join(names[s] for s in sides)} |\n|---|---|" + "---|" * len(sides))
     for task in args.tasks.split(","):
         for epochs in args.epochs.split(","):
-            cells = []
-            for side in sides:
-                values = 100 * np.array(scores.get((task, epochs, side), [np.nan]))
-                cells.append(f"{values.mean():.1f} ± {(values.max() - values.min()) / 2:.1f} (n={len(values)})"
-                             if (task, epochs, side) in scores else "-")
-            print(f"| {task} | {epochs} | {' | '.join(cells)} |")
+            print(f"| {task} | {epochs} | {' | '.join(spread(scores.get((task, epochs, side))) for side in sides)} |")
 
 
 if __name__ == "__main__":

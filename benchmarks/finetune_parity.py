@@ -359,6 +359,32 @@ RUNS = {("kbert", "ner"): kbert_ner, ("kbert", "mr"): kbert_mr, ("kbert", "pairs
         ("transformers", "pairs"): transformers_pairs, ("transformers", "qa"): transformers_qa}
 
 
+def print_scores(scores, start):
+    """A run's result, as its process's last JSON line: its score (and any
+    others, e.g. exact match) and the seconds since `start`."""
+    scores = scores if isinstance(scores, dict) else {"score": scores}
+    print(json.dumps({**scores, "seconds": time.perf_counter() - start}))
+
+
+def measured_score(command, label):
+    """Runs one measurement in its own process and prints it on one line;
+    its score, or None where it failed (`measured` says why)."""
+    result = measured(command, label, tail=800)
+    if result is None:
+        return None
+    others = "".join(f", {k.replace('_', ' ')} {v:.2%}" for k, v in result.items() if k not in ("score", "seconds"))
+    print(f"{label}: {result['score']:.2%}{others} ({result['seconds']:.0f} s)", flush=True)
+    return result["score"]
+
+
+def spread(values):
+    """A table cell: mean ± half the range of the scores, in %; "-" for none."""
+    if not values:
+        return "-"
+    values = 100 * np.array(values)
+    return f"{values.mean():.1f} ± {(values.max() - values.min()) / 2:.1f} (n={len(values)})"
+
+
 def changed(args):
     """The recipe settings given on the command line."""
     return {key: getattr(args, key) for key in SETTINGS if getattr(args, key) is not None}
@@ -384,9 +410,7 @@ def main():
         args.seed = int(seed)
         start = time.perf_counter()
         recipe = {**RECIPES[task], **changed(args)}
-        scores = RUNS[side, task](args, recipe)
-        scores = scores if isinstance(scores, dict) else {"score": scores}
-        print(json.dumps({**scores, "seconds": time.perf_counter() - start}))
+        print_scores(RUNS[side, task](args, recipe), start)
         return
 
     import keras
@@ -406,22 +430,13 @@ def main():
                              for flag in (f"--{key.replace('_', '-')}", str(value))],
                            "--kbert-compile", json.dumps(args.kbert_compile),
                            "--kbert-model", json.dumps(args.kbert_model)]
-                result = measured(command, f"{side} {task} seed {seed}", tail=800)
-                if result is None:
-                    continue
-                scores.setdefault((task, side), []).append(result["score"])
-                others = "".join(f", {k.replace('_', ' ')} {v:.2%}" for k, v in result.items()
-                                 if k not in ("score", "seconds"))
-                print(f"{task} {side:<13} seed {seed}: {result['score']:.2%}{others} ({result['seconds']:.0f} s)",
-                      flush=True)
+                score = measured_score(command, f"{task} {side} seed {seed}")
+                if score is not None:
+                    scores.setdefault((task, side), []).append(score)
 
     print(f"\n| task | {' | '.join(args.sides.split(','))} |\n|---|" + "---|" * len(args.sides.split(",")))
     for task in args.tasks.split(","):
-        cells = []
-        for side in args.sides.split(","):
-            values = 100 * np.array(scores.get((task, side), [np.nan]))
-            cells.append(f"{values.mean():.1f} ± {(values.max() - values.min()) / 2:.1f} (n={len(values)})")
-        print(f"| {task} | {' | '.join(cells)} |")
+        print(f"| {task} | {' | '.join(spread(scores.get((task, side))) for side in args.sides.split(','))} |")
 
 
 if __name__ == "__main__":
