@@ -5,7 +5,8 @@ maximum length, float32 and seeds as `finetune_parity.py`; each library then
 trains as it does when nothing else is said:
 - `kbert`: `from_preset(folder, ...)`, `fit(x, y, epochs=...)`: the default
   `compile` and `fit`'s default batch. `--kbert-compile` tries other
-  settings under its own label (`--label`), e.g. `{"schedule": "constant"}`.
+  settings under its own label (`--label`), e.g. `{"schedule": "constant"}`,
+  and `--kbert-batch-size` another batch than `fit`'s.
 - `keras_hub`: `BertTextClassifier.from_preset(folder, num_classes=...)`,
   `fit(x, y, epochs=...)`: its default `compile` (Adam at a constant 5e-5, no
   weight decay, no clipping) and Keras' batch of 32 (MR and VitaminC only:
@@ -76,7 +77,8 @@ def run(side, task, args):
     """One run's score: each side at its defaults, at the task's length."""
     length = {"sequence_length": RECIPES[task]["sequence_length"]}
     if side == "kbert":
-        return RUNS["kbert", task](args, length)
+        batch = {"batch_size": args.kbert_batch_size} if args.kbert_batch_size else {}
+        return RUNS["kbert", task](args, {**length, **batch})
     if side == "transformers":
         return RUNS["transformers", task](args, {**length, **TRAINER_DEFAULTS})
     return KERAS_HUB[task](args, length)
@@ -92,7 +94,9 @@ def main():
                         help=f"0: all; default: MR's first {MR_TRAIN_EXAMPLES:,}, all of the others")
     parser.add_argument("--kbert-compile", type=json.loads, default={}, help="JSON of compile arguments")
     parser.add_argument("--kbert-model", type=json.loads, default={}, help="JSON of extra from_preset arguments")
-    parser.add_argument("--label", default="", help="the kbert column's name with --kbert-compile or --kbert-model")
+    parser.add_argument("--kbert-batch-size", type=int, default=None, help="instead of fit's default batch")
+    parser.add_argument("--label", default="",
+                        help="the kbert column's name with --kbert-compile, --kbert-model or --kbert-batch-size")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # side:task:seed:epochs, in the subprocess
     args = parser.parse_args()
     if args.run:
@@ -106,7 +110,7 @@ def main():
 
     print(f"training examples {args.max_train_examples or 'task default'}, kbert on "
           f"{os.environ.get('KERAS_BACKEND', 'tensorflow')}, kbert compile {args.kbert_compile}, "
-          f"kbert model {args.kbert_model}", flush=True)
+          f"kbert model {args.kbert_model}, kbert batch {args.kbert_batch_size or 'default'}", flush=True)
     names = {side: f"kbert {args.label}".strip() if side == "kbert" else side for side in args.sides.split(",")}
     scores = {}
     for task in args.tasks.split(","):
@@ -118,6 +122,8 @@ def main():
                     command = [sys.executable, __file__, "--run", f"{side}:{task}:{seed}:{epochs}",
                                "--kbert-compile", json.dumps(args.kbert_compile),
                                "--kbert-model", json.dumps(args.kbert_model)]
+                    if args.kbert_batch_size:
+                        command += ["--kbert-batch-size", str(args.kbert_batch_size)]
                     if args.max_train_examples is not None:
                         command += ["--max-train-examples", str(args.max_train_examples)]
                     score = measured_score(command, f"{task} {epochs} epochs {names[side]} seed {seed}")
