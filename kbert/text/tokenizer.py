@@ -192,6 +192,17 @@ def _map_rows(condition, if_true, if_false):
     return tf.gather(results, tf.math.invert_permutation(tf.concat([true_rows, false_rows], 0)))
 
 
+class _Vocabulary:
+    """The tokens and their ids, in one object that `tf.Module` does not look
+    into. A module's `variables` (which saving a SavedModel reads from every
+    module again and again) walks each list and dict it holds: 30,522 tokens
+    and their ids, dozens of times per export."""
+
+    def __init__(self, tokens):
+        self.tokens = tuple(tokens)
+        self.ids = {token: i for i, token in enumerate(self.tokens)}
+
+
 class BertTokenizer(tf.Module):
     """BERT's WordPiece tokenizer, as TensorFlow ops.
 
@@ -236,13 +247,12 @@ class BertTokenizer(tf.Module):
                 f"{', '.join(SPECIAL_TOKENS)}; add {UNK} to it, or build one with "
                 "kbert.text.train_wordpiece_vocabulary."
             )
-        self._vocabulary = vocabulary
+        self._vocabulary = _Vocabulary(vocabulary)
         self.lowercase = lowercase
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.split_special_tokens = split_special_tokens
-        self._token_ids = {token: i for i, token in enumerate(vocabulary)}
-        self._special_tokens = tuple(t for t in SPECIAL_TOKENS if t in self._token_ids)
+        self._special_tokens = tuple(t for t in SPECIAL_TOKENS if t in self._vocabulary.ids)
         self._tokens = tf.constant(vocabulary)
         # Normalized text that may hold a special token (lowercased with the
         # rest, still seen here) or a word of more than 100 characters. Only
@@ -303,7 +313,7 @@ class BertTokenizer(tf.Module):
         own are kept.
         """
         os.makedirs(folder, exist_ok=True)
-        write_vocabulary(self._vocabulary, os.path.join(folder, VOCABULARY_FILE))
+        write_vocabulary(self._vocabulary.tokens, os.path.join(folder, VOCABULARY_FILE))
         config_path = os.path.join(folder, TOKENIZER_CONFIG_FILE)
         config = {}
         if os.path.exists(config_path):
@@ -425,29 +435,29 @@ class BertTokenizer(tf.Module):
 
     @property
     def vocabulary(self):
-        return list(self._vocabulary)
+        return list(self._vocabulary.tokens)
 
     @property
     def vocabulary_size(self):
-        return len(self._vocabulary)
+        return len(self._vocabulary.tokens)
 
     def id_to_token(self, id):
         """The token string of `id`."""
-        if not 0 <= id < len(self._vocabulary):
+        if not 0 <= id < self.vocabulary_size:
             raise ValueError(
                 f"Token id {id} is outside the vocabulary: ids go from 0 to "
-                f"{len(self._vocabulary) - 1}."
+                f"{self.vocabulary_size - 1}."
             )
-        return self._vocabulary[id]
+        return self._vocabulary.tokens[id]
 
     def token_to_id(self, token):
         """The id of `token`, which must be in the vocabulary."""
-        if token not in self._token_ids:
+        if token not in self._vocabulary.ids:
             raise ValueError(
-                f'Token "{token}" is not in the vocabulary ({len(self._vocabulary)} tokens). '
+                f'Token "{token}" is not in the vocabulary ({self.vocabulary_size} tokens). '
                 "Tokenize text with tokenizer(text) to get ids of any text."
             )
-        return self._token_ids[token]
+        return self._vocabulary.ids[token]
 
     @property
     def pad_id(self):
