@@ -75,12 +75,12 @@ class BertTokenClassifier(BertClassifier):
 
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         if isinstance(x, tf.data.Dataset):
-            return map_batches(x, self._preprocess)
+            return map_batches(x, self._traced_preprocess())
         dataset = tf.data.Dataset.from_tensor_slices(self._raw_slices(x, y, sample_weight))
         if shuffle:
             dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
         dataset = dataset.batch(batch_size or 32)
-        return map_batches(dataset, self._preprocess)
+        return map_batches(dataset, self._traced_preprocess())
 
     def _raw_slices(self, x, y=None, sample_weight=None):
         """`(words[, tag ids][, sample weights])`: words a ragged

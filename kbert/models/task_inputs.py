@@ -43,12 +43,17 @@ class RawTextInput:
                 dataset = self._shuffled_batches(dataset, parts[0], batch_size or 32)
             else:
                 dataset = dataset.batch(batch_size or 32)
-        preprocess = self._preprocess
         spec = dataset.element_spec
         if isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec):
             # A dataset of unlabeled pairs yields (texts_a, texts_b).
-            preprocess = lambda a, b: self._preprocess((a, b))  # noqa: E731
-        return map_batches(dataset, preprocess)
+            return map_batches(dataset, self._traced("pair_batches", lambda: lambda a, b: self._preprocess((a, b))))
+        return map_batches(dataset, self._traced_preprocess())
+
+    def _traced_preprocess(self):
+        """`_preprocess` traced once per model (see `_traced`), for the map of
+        each `tf.data` pipeline that `fit` and `evaluate` build: tracing the
+        tokenizer into every new pipeline again took seconds a call."""
+        return self._traced("batches", lambda: self._preprocess)
 
     def _raw_slices(self, x, y=None, sample_weight=None):
         """Raw input held in memory as the tensors whose rows are the

@@ -115,6 +115,11 @@ def test_predict_and_evaluate_sorted_by_length_give_the_input_order(minilm_dir):
     labels = np.array([0, 1] * 6)
     bucketed = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0)
     bucketed_loss = model.evaluate(MIXED_LENGTHS, labels, batch_size=4, verbose=0)
+    # Each evaluate builds a new pipeline, on preprocessing traced once per model.
+    batches = model._traced_functions["batches"][2]
+    traces = batches.experimental_get_tracing_count()
+    assert model.evaluate(MIXED_LENGTHS, labels, batch_size=4, verbose=0) == pytest.approx(bucketed_loss, abs=1e-6)
+    assert batches.experimental_get_tracing_count() == traces
     model.input_padding = "sequence_length"
     fixed = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0)
     fixed_loss = model.evaluate(MIXED_LENGTHS, labels, batch_size=4, verbose=0)
