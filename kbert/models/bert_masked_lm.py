@@ -79,10 +79,9 @@ class BertMaskedLM(Task):
             return features
         return {**features, "sequence_ids": tf.cast(features["padding_mask"], tf.int32)}
 
-    def _traced_preprocess(self):
-        # Traced into each new pipeline, not once per model: the masks come
-        # from `self.masker`, which may be replaced between calls.
-        return self._preprocess
+    # Traced into each new pipeline, not once per model: the masks come from
+    # `self.masker`, which may be replaced between calls.
+    _preprocess_traced_once = False
 
     def _preprocess(self, x, *rest):
         inputs, mask_ids, mask_weights = self._mask(self.preprocessor(x))

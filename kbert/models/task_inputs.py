@@ -46,14 +46,21 @@ class RawTextInput:
         spec = dataset.element_spec
         if isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec):
             # A dataset of unlabeled pairs yields (texts_a, texts_b).
-            return map_batches(dataset, self._traced("pair_batches", lambda: lambda a, b: self._preprocess((a, b))))
+            return map_batches(dataset, self._traced_preprocess(pairs=True))
         return map_batches(dataset, self._traced_preprocess())
 
-    def _traced_preprocess(self):
-        """`_preprocess` traced once per model (see `_traced`), for the map of
-        each `tf.data` pipeline that `fit` and `evaluate` build: tracing the
-        tokenizer into every new pipeline again took seconds a call."""
-        return self._traced("batches", lambda: self._preprocess)
+    # Whether `_traced_preprocess` may trace once per model (see `_traced`).
+    _preprocess_traced_once = True
+
+    def _traced_preprocess(self, pairs=False):
+        """`_preprocess` for the map of each `tf.data` pipeline that `fit` and
+        `evaluate` build, traced once per model: tracing the tokenizer into
+        every new pipeline again took seconds a call. `pairs`: for a dataset
+        of unlabeled pairs, which yields `(texts_a, texts_b)`."""
+        preprocess = (lambda a, b: self._preprocess((a, b))) if pairs else self._preprocess
+        if not self._preprocess_traced_once:
+            return preprocess
+        return self._traced("pair_batches" if pairs else "batches", lambda: preprocess)
 
     def _raw_slices(self, x, y=None, sample_weight=None):
         """Raw input held in memory as the tensors whose rows are the
