@@ -19,6 +19,7 @@ that a trailing combining accent stays in the span.
 import tensorflow as tf
 
 from kbert.text._tf_text import regex_split_with_offsets
+from kbert.text.ragged import position_in_row, repeat, row_ids
 from kbert.text.tokenizer import _CJK, _PUNCTUATION, _WHITESPACE, normalize
 
 # Words are split at whitespace and around punctuation and CJK ideographs.
@@ -26,18 +27,11 @@ _OWN_WORD = f"{_PUNCTUATION}|{_CJK}"
 _WORD_DELIMITER = f"{_WHITESPACE}|{_OWN_WORD}"
 
 
-def _position_in_row(ragged):
-    """Each value's index within its row of `ragged`."""
-    return tf.range(tf.size(ragged.flat_values, out_type=tf.int64)) - tf.repeat(
-        ragged.row_starts(), ragged.row_lengths()
-    )
-
-
 def _sum_before_in_row(ragged):
     """Within each row of a ragged int64 tensor, the sum of the values before each."""
     totals = tf.cumsum(ragged.flat_values, exclusive=True)
     row_base = tf.gather(tf.concat([totals, [0]], 0), ragged.row_starts())
-    return totals - tf.repeat(row_base, ragged.row_lengths())
+    return totals - repeat(row_base, ragged.row_lengths())
 
 
 def _gather_or_zero(values, indices):
@@ -60,16 +54,16 @@ def tokenize_with_byte_spans(tokenizer, texts):
     words, word_starts, word_ends = _split_words(texts)
     flat_words = words.flat_values
     pieces = tokenizer(flat_words)  # [words, (pieces)]
-    word_of_piece = pieces.value_rowids()
+    word_of_piece = row_ids(pieces)
 
     # Each word's characters, their byte spans in the word, and each
     # character normalized on its own.
     codepoints, char_starts = tf.strings.unicode_decode_with_offsets(
         flat_words, "UTF-8", errors="replace", replacement_char=0xFFFD
     )
-    word_of_char = char_starts.value_rowids()
-    row_lengths = tf.repeat(char_starts.row_lengths(), char_starts.row_lengths())
-    is_last_char = tf.equal(_position_in_row(char_starts), row_lengths - 1)
+    word_of_char = row_ids(char_starts)
+    row_lengths = repeat(char_starts.row_lengths(), char_starts.row_lengths())
+    is_last_char = tf.equal(position_in_row(char_starts), row_lengths - 1)
     word_lengths = tf.cast(tf.strings.length(flat_words), tf.int64)
     next_start = tf.concat([char_starts.flat_values[1:], [0]], 0)
     char_ends = tf.where(is_last_char, tf.gather(word_lengths, word_of_char), next_start)
@@ -86,7 +80,7 @@ def tokenize_with_byte_spans(tokenizer, texts):
     )
     normalized_lengths = tf.cast(tf.strings.length(normalized), tf.int64)
     # owner[b]: the character (a flat index) that normalized byte b came from.
-    owner = tf.repeat(tf.range(tf.size(chars, out_type=tf.int64)), normalized_lengths)
+    owner = repeat(tf.range(tf.size(chars, out_type=tf.int64)), normalized_lengths)
     word_normalized_start = _gather_or_zero(
         tf.cumsum(normalized_lengths, exclusive=True), char_starts.row_starts()
     )
@@ -94,7 +88,7 @@ def tokenize_with_byte_spans(tokenizer, texts):
     # Each piece's text (without "##" after a word's first piece), and where
     # it starts in its word's normalized bytes.
     piece_texts = tf.gather(tf.constant(tokenizer.vocabulary), pieces.flat_values)
-    continues = tf.not_equal(_position_in_row(pieces), 0) & tf.strings.regex_full_match(piece_texts, "##.+")
+    continues = tf.not_equal(position_in_row(pieces), 0) & tf.strings.regex_full_match(piece_texts, "##.+")
     piece_texts = tf.where(continues, tf.strings.regex_replace(piece_texts, "^##", ""), piece_texts)
     piece_lengths = tf.cast(tf.strings.length(piece_texts), tf.int64)
     first_byte = tf.gather(word_normalized_start, word_of_piece) + _sum_before_in_row(
@@ -112,7 +106,7 @@ def tokenize_with_byte_spans(tokenizer, texts):
     # Combining accents that the normalizer dropped stay with the letter
     # before them, as in `piece_spans`: a run of them joins that letter's group.
     joins = tf.equal(normalized_lengths, 0) & tf.strings.regex_full_match(chars, r"\p{Mn}")
-    group = tf.cumsum(tf.cast(~joins | tf.equal(_position_in_row(char_starts), 0), tf.int64)) - 1
+    group = tf.cumsum(tf.cast(~joins | tf.equal(position_in_row(char_starts), 0), tf.int64)) - 1
     group_ends = tf.gather(tf.math.unsorted_segment_max(char_ends, group, tf.size(chars, out_type=tf.int64)), group)
 
     word_start = tf.gather(word_starts.flat_values, word_of_piece)
@@ -142,7 +136,7 @@ def split_words_with_offsets(texts):
     their byte spans: `(words, starts, ends)`, ragged `[texts, (words)]`."""
     words, starts, ends = _split_words(texts)
     # The words as written (with U+0000 where the text has it).
-    words = words.with_flat_values(tf.strings.substr(tf.repeat(texts, words.row_lengths()), starts.flat_values,
+    words = words.with_flat_values(tf.strings.substr(repeat(texts, words.row_lengths()), starts.flat_values,
                                                      ends.flat_values - starts.flat_values))
     return words, starts, ends
 
@@ -153,10 +147,10 @@ def char_offsets(texts, byte_offsets):
     ragged."""
     if isinstance(byte_offsets, tf.RaggedTensor):
         flat = byte_offsets.flat_values
-        return byte_offsets.with_flat_values(_chars_before(tf.repeat(texts, byte_offsets.row_lengths()), flat))
+        return byte_offsets.with_flat_values(_chars_before(repeat(texts, byte_offsets.row_lengths()), flat))
     shape = tf.shape(byte_offsets, out_type=tf.int64)
     flat = tf.reshape(byte_offsets, [shape[0], -1])
-    repeated = tf.repeat(texts, tf.fill([shape[0]], tf.shape(flat, out_type=tf.int64)[1]))
+    repeated = repeat(texts, tf.fill([shape[0]], tf.shape(flat, out_type=tf.int64)[1]))
     return tf.reshape(_chars_before(repeated, tf.reshape(flat, [-1])), shape)
 
 
@@ -205,10 +199,10 @@ def _cut_after_words(texts, limit):
     gives_piece = tf.cast(tf.strings.regex_full_match(chunks.flat_values, _GIVES_A_PIECE), tf.int64)
     count = _sum_before_in_row(chunks.with_flat_values(gives_piece)) + gives_piece
     if limit.shape.rank:  # one budget per text
-        limit = tf.gather(limit, starts.value_rowids())
+        limit = tf.gather(limit, row_ids(starts))
     # The first chunk past the budget starts the cut; no such chunk: no cut.
     over = tf.where(count > limit, starts.flat_values, tf.int64.max)
-    first_over = tf.math.unsorted_segment_min(over, starts.value_rowids(), starts.nrows())
+    first_over = tf.math.unsorted_segment_min(over, row_ids(starts), starts.nrows())
     cut = tf.where(first_over < tf.int64.max, first_over, tf.cast(tf.strings.length(texts), tf.int64))
     return tf.strings.substr(texts, tf.zeros_like(cut), cut)
 

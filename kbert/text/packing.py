@@ -7,7 +7,7 @@ tokens of A (segment 0) from those of B (segment 1).
 
 import tensorflow as tf
 
-from kbert.text.offsets import _position_in_row
+from kbert.text.ragged import position_in_row, row_ids
 
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PAD_TO = ("sequence_length", "longest", "bucket")
@@ -55,7 +55,7 @@ def _keep_first(segment, lengths):
     """
     segment = segment.with_row_splits_dtype(tf.int64)
     lengths = tf.clip_by_value(tf.cast(lengths, tf.int64), 0, segment.row_lengths())
-    values = tf.boolean_mask(segment.values, _position_in_row(segment) < tf.gather(lengths, segment.value_rowids()))
+    values = tf.boolean_mask(segment.values, position_in_row(segment) < tf.gather(lengths, row_ids(segment)))
     return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
 
 
@@ -87,7 +87,7 @@ def combine_segments(segments, cls_id, sep_id):
     piece_lengths = tf.stack([piece.row_lengths() for piece, _ in pieces], axis=1)
     row_lengths = tf.reduce_sum(piece_lengths, axis=1)
     piece_starts = tf.cumsum(piece_lengths, axis=1, exclusive=True) + tf.cumsum(row_lengths, exclusive=True)[:, None]
-    positions = tf.concat([tf.gather(piece_starts[:, k], piece.value_rowids()) + _position_in_row(piece)
+    positions = tf.concat([tf.gather(piece_starts[:, k], row_ids(piece)) + position_in_row(piece)
                            for k, (piece, _) in enumerate(pieces)], axis=0)[:, None]
     size = tf.reduce_sum(row_lengths)[None]
 

@@ -15,7 +15,8 @@ Offsets are bytes of the UTF-8 context inside; answers give characters.
 
 import tensorflow as tf
 
-from kbert.text.offsets import _position_in_row, char_offsets, cut_after_words, tokenize_with_byte_spans
+from kbert.text.offsets import char_offsets, cut_after_words, tokenize_with_byte_spans
+from kbert.text.ragged import position_in_row, repeat, row_ids
 
 
 def _ranges(lengths):
@@ -24,7 +25,7 @@ def _ranges(lengths):
     every iterator."""
     lengths = tf.cast(lengths, tf.int64)
     starts = tf.cumsum(lengths, exclusive=True)
-    values = tf.range(tf.reduce_sum(lengths)) - tf.repeat(starts, lengths)
+    values = tf.range(tf.reduce_sum(lengths)) - repeat(starts, lengths)
     return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
 
 
@@ -58,12 +59,12 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
     step = tf.minimum(tf.cast(stride, tf.int64), window_length)
     # window_starts(): windows `step` apart until one reaches the end.
     num_windows = 1 + (tf.maximum(num_tokens - window_length, 0) + step - 1) // step
-    example = tf.repeat(tf.range(tf.size(num_tokens, out_type=tf.int64)), num_windows)
+    example = repeat(tf.range(tf.size(num_tokens, out_type=tf.int64)), num_windows)
     window_start = _ranges(num_windows).flat_values * tf.gather(step, example)
     window_size = tf.minimum(tf.gather(window_length, example), tf.gather(num_tokens, example) - window_start)
     # Indices into the flat context tokens of each window's tokens.
     position = _ranges(window_size)  # in the window
-    window_of = position.value_rowids()  # (per-window values are worked out on the flat values)
+    window_of = row_ids(position)  # (per-window values are worked out on the flat values)
     first_token = tf.gather(context_ids.row_starts(), example) + window_start
     tokens = position.with_flat_values(position.flat_values + tf.gather(first_token, window_of))
 
@@ -87,8 +88,8 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
 
     def to_positions(values, fill):
         # Each row's values after `window_offset` fills, padded with fills.
-        rows = values.value_rowids()
-        places = tf.stack([rows, tf.gather(window_offset, rows) + _position_in_row(values)], axis=1)
+        rows = row_ids(values)
+        places = tf.stack([rows, tf.gather(window_offset, rows) + position_in_row(values)], axis=1)
         return tf.tensor_scatter_nd_update(tf.fill(shape, fill), places, values.flat_values)
 
     is_context = to_positions(tokens.with_flat_values(tf.ones_like(tokens.flat_values, tf.bool)), False)
@@ -102,7 +103,7 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
         "token": to_positions(tokens, tf.constant(-1, tf.int64)),
         "token_starts": context_starts.flat_values,
         "token_ends": context_ends.flat_values,
-        "token_example": context_ids.value_rowids(),
+        "token_example": row_ids(context_ids),
     }
 
 

@@ -6,6 +6,7 @@ served model."""
 import tensorflow as tf
 
 from kbert.text.offsets import char_offsets, cut_after_words, split_words_with_offsets
+from kbert.text.ragged import position_in_row, repeat, row_ids
 
 
 def pack_words(preprocessor, words):
@@ -29,7 +30,7 @@ def pack_words(preprocessor, words):
     pieces = preprocessor.tokenizer(words)  # [batch, (words), (pieces)]
     features = preprocessor.packer(pieces)
     # Each word's first piece, counted from its sentence's first piece.
-    sentence_starts = tf.gather(pieces.merge_dims(1, 2).row_splits, pieces.value_rowids())
+    sentence_starts = tf.gather(pieces.merge_dims(1, 2).row_splits, row_ids(pieces))
     word_starts = pieces.values.row_splits[:-1] - sentence_starts
     room = preprocessor.sequence_length - 2  # [CLS] and [SEP]
     kept = (pieces.values.row_lengths() > 0) & (word_starts < room)
@@ -60,7 +61,7 @@ def token_labels(first_pieces, tags, shape):
     """
     positions = first_pieces.flat_values
     kept = positions >= 0
-    indices = tf.boolean_mask(tf.stack([first_pieces.value_rowids(), positions], axis=1), kept)
+    indices = tf.boolean_mask(tf.stack([row_ids(first_pieces), positions], axis=1), kept)
     shape = tf.cast(shape, tf.int64)
     labels = tf.scatter_nd(indices, tf.boolean_mask(tf.cast(tags.flat_values, tf.int32), kept), shape)
     weights = tf.scatter_nd(indices, tf.ones(tf.shape(indices)[:1], tf.float32), shape)
@@ -78,7 +79,7 @@ def word_tags(logits, first_pieces, class_names):
     probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
     positions = first_pieces.flat_values
     kept = positions >= 0
-    rows = first_pieces.value_rowids()
+    rows = row_ids(first_pieces)
     word_probabilities = tf.gather_nd(probabilities, tf.stack([rows, tf.maximum(positions, 0)], axis=1))
     label_id = tf.where(kept, tf.argmax(word_probabilities, axis=-1, output_type=tf.int32), -1)
     label = tf.where(kept, tf.gather(tf.constant(class_names), tf.maximum(label_id, 0)), "")
@@ -106,8 +107,7 @@ def bio_entities(labels, scores):
     parts = tf.strings.split(labels.flat_values, "-", maxsplit=1).to_tensor("", shape=[None, 2])
     prefix, kind = parts[:, 0], parts[:, 1]
     inside = (tf.equal(prefix, "B") | tf.equal(prefix, "I")) & tf.not_equal(kind, "")
-    first_in_row = tf.equal(tf.range(tf.size(prefix, out_type=tf.int64)), tf.repeat(labels.row_starts(),
-                                                                                     labels.row_lengths()))
+    first_in_row = tf.equal(position_in_row(labels), 0)
     previous_inside = tf.concat([[False], inside[:-1]], 0) & ~first_in_row
     previous_kind = tf.concat([[""], kind[:-1]], 0)
     continues = tf.equal(prefix, "I") & previous_inside & tf.equal(previous_kind, kind)
@@ -120,7 +120,7 @@ def bio_entities(labels, scores):
     first = tf.math.unsorted_segment_min(tf.gather(index, words), of_word, num_entities)
     last = tf.math.unsorted_segment_max(tf.gather(index, words), of_word, num_entities)
     score = tf.math.unsorted_segment_mean(tf.gather(scores.flat_values, words), of_word, num_entities)
-    row = tf.gather(labels.value_rowids(), first)
+    row = tf.gather(row_ids(labels), first)
     row_start = tf.gather(labels.row_starts(), row)
     per_row = lambda values: tf.RaggedTensor.from_value_rowids(values, row, nrows=labels.nrows())  # noqa: E731
     return {
@@ -137,7 +137,7 @@ def text_entities(texts, entities, word_starts, word_ends):
     at = lambda spans, word: tf.gather(spans, word, batch_dims=1)  # noqa: E731
     start_byte = at(word_starts, entities["first_word"])
     end_byte = at(word_ends, entities["last_word"])
-    text = tf.strings.substr(tf.repeat(texts, start_byte.row_lengths()), start_byte.flat_values,
+    text = tf.strings.substr(repeat(texts, start_byte.row_lengths()), start_byte.flat_values,
                              end_byte.flat_values - start_byte.flat_values)
     return {
         "entity": start_byte.with_flat_values(text),

@@ -21,6 +21,7 @@ import os
 import tensorflow as tf
 from kbert.presets.files import get_preset_dir, load_json
 from kbert.text._tf_text import regex_split_with_offsets, tf_text
+from kbert.text.ragged import repeat
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -163,8 +164,8 @@ def pre_tokenize(
     )
     # A special piece stands in as one plain word, then gets its text back.
     words = split_words(tf.where(is_special, "x", normalize(flat_pieces, **options)))
-    in_special = tf.repeat(is_special, words.row_lengths())
-    raw = tf.repeat(flat_pieces, words.row_lengths())
+    in_special = repeat(is_special, words.row_lengths())
+    raw = repeat(flat_pieces, words.row_lengths())
     words = words.with_flat_values(tf.where(in_special, raw, words.flat_values))
     return _merge_rows(words, pieces.row_splits)
 
@@ -413,8 +414,8 @@ class BertTokenizer(tf.Module):
             ids = tf.where(is_token, self.token_to_id(token), ids)
             fixed |= is_token
         pieces = self._wordpiece.tokenize(tf.where(fixed, "x", flat_words))
-        fixed = tf.repeat(fixed, pieces.row_lengths())
-        ids = tf.repeat(ids, pieces.row_lengths())
+        fixed = repeat(fixed, pieces.row_lengths())
+        ids = repeat(ids, pieces.row_lengths())
         pieces = pieces.with_flat_values(tf.where(fixed, ids, pieces.flat_values))
         return _merge_rows(pieces, words.row_splits)
 
