@@ -108,6 +108,16 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
                       "schedule": self.schedule, "epsilon": self.epsilon, "global_clipnorm": self.global_clipnorm}
         return config
 
+    def _build_optimizer(self):
+        """Creates the optimizer's variables now, on TensorFlow without a
+        strategy (Keras builds them under one): created inside the first
+        traced train step instead, each variable's initialisation becomes a
+        function of its own (about 200 for MiniLM's AdamW, 5-10 s of the
+        first `fit`)."""
+        if (keras.backend.backend() == "tensorflow" and getattr(self, "_distribute_strategy", None) is None
+                and not self.optimizer.built):
+            self.optimizer.build(self.trainable_variables)
+
     def _schedule_learning_rate(self, steps_per_epoch, epochs):
         """Gives the default optimizer BERT's schedule over this `fit`'s steps.
         Every `fit` gets its own warm-up and decay, so a second `fit` does
@@ -115,10 +125,19 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         if not steps_per_epoch or steps_per_epoch < 0:
             return  # unknown length: keep the learning rate as it is
         total = steps_per_epoch * epochs
-        self.optimizer.learning_rate = WarmupLinearDecay(
-            self.learning_rate, total, warmup_steps(self.warmup, total),
-            start_step=int(self.optimizer.iterations), floor=SCHEDULE_FLOORS[self.schedule],
-        )
+        steps = (total, warmup_steps(self.warmup, total), int(self.optimizer.iterations))
+        floor = SCHEDULE_FLOORS[self.schedule]
+        optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # under a LossScaleOptimizer
+        schedule = getattr(optimizer, "_learning_rate", None)
+        if (keras.backend.backend() == "tensorflow" and getattr(self, "_distribute_strategy", None) is None
+                and isinstance(schedule, WarmupLinearDecay) and (schedule.peak, schedule.floor) == (
+                    self.learning_rate, floor)):
+            # The traced train step reads the schedule's steps when it runs:
+            # no new trace (30 s of a second `fit` of a MiniLM classifier).
+            schedule.restart(*steps)
+            return
+        self.optimizer.learning_rate = WarmupLinearDecay(self.learning_rate, *steps[:2], start_step=steps[2],
+                                                         floor=floor)
         # Compiled train steps hold the previous schedule: trace them anew.
         self.train_function = None
 
@@ -140,6 +159,7 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
                 validation_data = self._dataset(validation_data)
         if self._compiled_by_default:
             self._schedule_learning_rate(steps_per_epoch or steps(x, batch_size), epochs)
+        self._build_optimizer()
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
                            validation_data=validation_data, shuffle=shuffle,
                            steps_per_epoch=steps_per_epoch, **kwargs)

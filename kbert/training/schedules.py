@@ -18,17 +18,40 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         if not 0.0 <= floor <= 1.0:
             raise ValueError(f"floor={floor}: the rate decays to floor * peak; give a floor in [0, 1].")
         self.peak = peak
-        self.total_steps = int(total_steps)
-        self.warmup_steps = int(warmup_steps)
-        self.start_step = int(start_step)
         self.floor = float(floor)
+        # The step counts are a variable that a traced training step reads
+        # when it runs, so that `restart` needs no new trace.
+        self._steps = keras.Variable([int(total_steps), int(warmup_steps), int(start_step)], dtype="float32",
+                                     trainable=False, name="warmup_linear_decay_steps")
+
+    def restart(self, total_steps, warmup_steps, start_step):
+        """The same schedule over new steps: a second `fit` gets its own
+        warm-up and decay. A training step traced by TensorFlow reads them as
+        they are when it runs (JAX's compiled step holds those of its trace)."""
+        self._steps.assign([int(total_steps), int(warmup_steps), int(start_step)])
+
+    @property
+    def total_steps(self):
+        return self._step_count(0)
+
+    @property
+    def warmup_steps(self):
+        return self._step_count(1)
+
+    @property
+    def start_step(self):
+        return self._step_count(2)
+
+    def _step_count(self, i):
+        return int(keras.ops.convert_to_numpy(self._steps)[i])
 
     def __call__(self, step):
-        step = keras.ops.cast(step, "float32") - self.start_step
-        warmup = step / self.warmup_steps if self.warmup_steps else 1.0
-        decay = (self.total_steps - step) / max(self.total_steps - self.warmup_steps, 1)
+        total, warmup, start = (self._steps[i] for i in range(3))
+        step = keras.ops.cast(step, "float32") - start
+        warmup_done = keras.ops.where(warmup > 0, step / keras.ops.maximum(warmup, 1.0), 1.0)
+        decay = (total - step) / keras.ops.maximum(total - warmup, 1.0)
         decay = self.floor + (1.0 - self.floor) * keras.ops.clip(decay, 0.0, 1.0)
-        return self.peak * keras.ops.clip(keras.ops.minimum(warmup, decay), 0.0, 1.0)
+        return self.peak * keras.ops.clip(keras.ops.minimum(warmup_done, decay), 0.0, 1.0)
 
     def get_config(self):
         return {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,

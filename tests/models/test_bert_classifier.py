@@ -140,7 +140,13 @@ def test_default_schedule_warms_up_then_decays_to_zero(fitted):
 def test_a_second_fit_gets_its_own_schedule(fitted):
     model = fitted[0]
     before = [to_numpy(w).copy() for w in model.trainable_weights]
+    # (Only on TensorFlow: on JAX a reference to the old step would keep
+    # jax.jit's cache of it, traced with the old schedule, in use.)
+    tf_train_function = model.train_function if keras.backend.backend() == "tensorflow" else None
     model.fit(TEXTS[:8], LABELS[:8], batch_size=4, epochs=1, verbose=0)
+    if tf_train_function is not None:
+        # The traced step reads the schedule's steps when it runs: not traced again.
+        assert model.train_function is tf_train_function
     schedule = model.optimizer._learning_rate
     assert schedule.start_step == 12 and schedule.total_steps == 2
     # Its 1 warm-up step, then not 0, where the first fit ended.
