@@ -3,7 +3,7 @@
 `RaggedTensor.value_rowids()` and `tf.repeat` are general (any axis,
 broadcasting, checks) and put 50-75 ops each into a graph; the text pipelines
 call them a dozen times per batch, so tracing a task's preprocessing (every
-first `predict`, every export) spent a third of its time building them. Here
+first `predict`, every export) spent nearly half its time building them. Here
 each is one binary search and a gather over the row splits, with the same
 results.
 
