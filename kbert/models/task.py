@@ -114,9 +114,14 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         traced train step instead, each variable's initialisation becomes a
         function of its own (about 210 for MiniLM's AdamW: 12 s of a
         profiled first `fit`, against 0.8 s here)."""
-        if (keras.backend.backend() == "tensorflow" and getattr(self, "_distribute_strategy", None) is None
-                and not self.optimizer.built):
+        if self._tensorflow_without_strategy() and not self.optimizer.built:
             self.optimizer.build(self.trainable_variables)
+
+    def _tensorflow_without_strategy(self):
+        """Whether Keras' TensorFlow trainer runs this model with no
+        `tf.distribute` strategy (where its train step is one `tf.function`
+        that reads variables as they are when it runs)."""
+        return keras.backend.backend() == "tensorflow" and getattr(self, "_distribute_strategy", None) is None
 
     def _schedule_learning_rate(self, steps_per_epoch, epochs):
         """Gives the default optimizer BERT's schedule over this `fit`'s steps.
@@ -129,9 +134,8 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         floor = SCHEDULE_FLOORS[self.schedule]
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # under a LossScaleOptimizer
         schedule = getattr(optimizer, "_learning_rate", None)
-        if (keras.backend.backend() == "tensorflow" and getattr(self, "_distribute_strategy", None) is None
-                and isinstance(schedule, WarmupLinearDecay) and (schedule.peak, schedule.floor) == (
-                    self.learning_rate, floor)):
+        if (self._tensorflow_without_strategy() and isinstance(schedule, WarmupLinearDecay)
+                and (schedule.peak, schedule.floor) == (self.learning_rate, floor)):
             # The traced train step reads the schedule's steps when it runs:
             # no new trace (30 s of a second `fit` of a MiniLM classifier).
             schedule.restart(*steps)

@@ -16,17 +16,7 @@ Offsets are bytes of the UTF-8 context inside; answers give characters.
 import tensorflow as tf
 
 from kbert.text.offsets import char_offsets, cut_after_words, tokenize_with_byte_spans
-from kbert.text.ragged import position_in_row, repeat, row_ids
-
-
-def _ranges(lengths):
-    """`tf.ragged.range(lengths)`, built without checking the row lengths it
-    made itself: each check is a branch that tf.data instantiates again with
-    every iterator."""
-    lengths = tf.cast(lengths, tf.int64)
-    starts = tf.cumsum(lengths, exclusive=True)
-    values = tf.range(tf.reduce_sum(lengths)) - repeat(starts, lengths)
-    return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
+from kbert.text.ragged import position_in_row, ranges, repeat, row_ids
 
 
 def windows(preprocessor, questions, contexts, stride, max_question_length):
@@ -60,10 +50,10 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
     # window_starts(): windows `step` apart until one reaches the end.
     num_windows = 1 + (tf.maximum(num_tokens - window_length, 0) + step - 1) // step
     example = repeat(tf.range(tf.size(num_tokens, out_type=tf.int64)), num_windows)
-    window_start = _ranges(num_windows).flat_values * tf.gather(step, example)
+    window_start = ranges(num_windows).flat_values * tf.gather(step, example)
     window_size = tf.minimum(tf.gather(window_length, example), tf.gather(num_tokens, example) - window_start)
     # Indices into the flat context tokens of each window's tokens.
-    position = _ranges(window_size)  # in the window
+    position = ranges(window_size)  # in the window
     window_of = row_ids(position)  # (per-window values are worked out on the flat values)
     first_token = tf.gather(context_ids.row_starts(), example) + window_start
     tokens = position.with_flat_values(position.flat_values + tf.gather(first_token, window_of))
@@ -76,7 +66,7 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
     # context) + 0.01 * window size is largest, the first such on a tie.
     size = tf.gather(tf.cast(window_size, tf.int64), window_of)
     score = tf.minimum(position.flat_values, size - 1 - position.flat_values) * 100 + size
-    window_in_example = _ranges(num_windows).flat_values
+    window_in_example = ranges(num_windows).flat_values
     key = score * 1_000_000 - tf.gather(window_in_example, window_of)
     num_context_tokens = tf.size(context_ids.flat_values, out_type=tf.int64)
     best_key = tf.math.unsorted_segment_max(key, tokens.flat_values, num_context_tokens)

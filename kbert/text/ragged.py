@@ -35,12 +35,28 @@ def row_ids(ragged):
 def repeat(values, lengths):
     """`tf.repeat(values, lengths)` along the first axis: row `i` of `values`
     `lengths[i]` times."""
-    lengths = tf.cast(lengths, tf.int64)
-    return tf.gather(values, row_ids_of_splits(tf.concat([tf.zeros([1], tf.int64), tf.cumsum(lengths)], 0)))
+    return tf.gather(values, row_ids_of_splits(_row_splits(lengths)))
 
 
 def position_in_row(ragged):
     """Each value's index within its row of `ragged` (one ragged dimension),
     int64."""
-    row_splits = tf.cast(ragged.row_splits, tf.int64)
+    return _positions(tf.cast(ragged.row_splits, tf.int64))
+
+
+def ranges(lengths):
+    """`tf.ragged.range(lengths)` (row `i` is `0 .. lengths[i] - 1`), int64,
+    built without checking the row lengths it made itself: each check is a
+    branch that tf.data instantiates again with every iterator."""
+    row_splits = _row_splits(lengths)
+    return tf.RaggedTensor.from_row_splits(_positions(row_splits), row_splits, validate=False)
+
+
+def _positions(row_splits):
+    """Each value's index within its row, from int64 row splits."""
     return tf.range(row_splits[-1]) - tf.gather(row_splits, row_ids_of_splits(row_splits))
+
+
+def _row_splits(lengths):
+    """Int64 row splits of rows of these lengths."""
+    return tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.cast(lengths, tf.int64))], 0)

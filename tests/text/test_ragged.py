@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 from kbert.text import BertPreprocessor
-from kbert.text.ragged import position_in_row, repeat, row_ids
+from kbert.text.ragged import position_in_row, ranges, repeat, row_ids
 
 
 def random_batches():
@@ -28,6 +28,7 @@ def test_row_ids_repeat_and_positions_equal_tensorflows_own():
             np.testing.assert_array_equal(ids, batch.value_rowids())
             np.testing.assert_array_equal(positions, expected_positions)
             np.testing.assert_array_equal(repeated, tf.repeat(tf.range(batch.nrows()), batch.row_lengths()))
+        np.testing.assert_array_equal(ranges(batch.row_lengths()).flat_values, expected_positions)
 
 
 @pytest.mark.parametrize("pairs", [False, True])
