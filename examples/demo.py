@@ -32,7 +32,8 @@ def main():
     parser.add_argument("--preset", default=None, help="preset name, hf://owner/name or folder (default: MiniLM)")
     parser.add_argument("--train-examples", type=int, default=2000, help="0 for all")
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="default: fit's, which depends on the data (8 on 2,000 reviews, 32 from 8,000)")
     parser.add_argument("--sequence-length", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="for a reproducible shuffle and head initialisation")
     parser.add_argument("--dtype", default="auto",

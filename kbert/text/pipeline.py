@@ -46,12 +46,21 @@ def _strings(x, name):
     return x
 
 
+def count_examples(x):
+    """The number of examples in raw input held in memory: texts, word lists,
+    or a tuple of two lists (pairs; questions and contexts). None for a
+    dataset or a dict, which hold their own."""
+    if isinstance(x, (tf.data.Dataset, dict)) or x is None:
+        return None
+    return len(x[0]) if isinstance(x, tuple) else len(x)
+
+
 def check_counts(x, y=None, sample_weight=None):
     """Refuses raw input whose texts, labels and sample weights differ in
     number (a dataset is left alone: it holds its own examples)."""
-    if isinstance(x, (tf.data.Dataset, dict)):
+    n = count_examples(x)
+    if n is None:
         return
-    n = len(x[0]) if isinstance(x, tuple) else len(x)
     for values, what in ((y, "labels"), (sample_weight, "sample weights")):
         if values is not None and not isinstance(values, dict) and len(values) != n:
             raise ValueError(f"Got {n} texts but {len(values)} {what}; pass one per text, in the same order.")

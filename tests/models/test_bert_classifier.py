@@ -154,6 +154,20 @@ def test_a_second_fit_gets_its_own_schedule(fitted):
     assert any(np.abs(to_numpy(w) - b).max() > 0 for w, b in zip(model.trainable_weights, before))
 
 
+def test_fit_without_a_batch_size_gives_small_data_sets_more_steps(minilm_dir):
+    counts = (1, 3_999, 4_000, 7_999, 8_000, 1_000_000)
+    assert [kbert.models.task.default_batch_size(n) for n in counts] == [8, 8, 16, 16, 32, 32]
+    model = tiny_classifier(minilm_dir)
+    history = model.fit(TEXTS, LABELS, epochs=1, verbose=0)  # 24 texts: 3 batches of 8
+    assert int(model.optimizer.iterations) == 3 and model.optimizer._learning_rate.total_steps == 3
+    # Pairs are counted as examples, not as the two lists.
+    model.fit((TEXTS, TEXTS[::-1]), LABELS, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations) == 6
+    # A batch given is kept.
+    model.fit(TEXTS, LABELS, batch_size=24, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations) == 7 and np.isfinite(history.history["loss"]).all()
+
+
 def test_predict_on_texts_in_memory_equals_keras_loop_and_traces_its_preprocessing_once(minilm_dir):
     model = tiny_classifier(minilm_dir)
     direct = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0)
