@@ -26,6 +26,7 @@ PRIMITIVES = (
     "exact_bfloat16_softmax",
     "fuses_adamw",
     "adamw_step",
+    "adam_update",
     "rows_once",
     "gather_replicas",
     "sum_replicas",
@@ -108,6 +109,17 @@ def adamw_step(variables, grads, momentums, velocities, step, learning_rate, bet
     `fuses_adamw(variables)`; an optimizer keeps its own update elsewhere."""
     _current().adamw_step(variables, grads, momentums, velocities, step, learning_rate, beta_1, beta_2, epsilon,
                           weight_decay)
+
+
+def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon):
+    """Adam's update of one variable in place as one op where the backend has
+    it (TensorFlow's `ResourceApplyAdam`, float32 weights, a dense gradient,
+    not on a TPU), with Keras' formula: `epsilon` added to `sqrt(v)` before
+    v's bias correction. Called inside Keras' per-variable update (under a
+    `tf.distribute` strategy, once per replica's copy). True where done;
+    False: the caller updates the variable itself."""
+    return _current().adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1,
+                                  beta_2, epsilon)
 
 
 def rows_once(gradient):

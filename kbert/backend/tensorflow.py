@@ -2,6 +2,7 @@
 
 import math
 
+import keras
 import tensorflow as tf
 
 from kbert.backend import default
@@ -46,6 +47,28 @@ def random_int16(shape, seed_generator):
     halves = tf.bitcast(bits, tf.int16)  # [..., half, 2]
     halves = tf.reshape(halves, tf.concat([tf.shape(bits)[:-1], [-1]], axis=0))
     return halves[..., : shape[-1]]
+
+
+def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon):
+    # Keras' update is about 20 ops a variable (moments, powers, square
+    # root, divide, casts): some 2,000 in MiniLM's step, which the first
+    # `fit` traces and optimises. `ResourceApplyAdam` computes the same
+    # formula in one. Under a strategy, Keras calls this once per replica's
+    # copy, and a distributed variable's `handle` is that replica's (a TPU's
+    # variables are not plain handles: Keras' update there).
+    variable, m, v = (x.value if isinstance(x, keras.Variable) else x for x in (variable, m, v))
+    if (variable.dtype != tf.float32 or isinstance(gradient, tf.IndexedSlices)
+            or isinstance(tf.distribute.get_strategy(), (tf.distribute.TPUStrategy,))):
+        return False
+
+    def scalar(x):
+        return tf.cast(x, tf.float32)
+
+    tf.raw_ops.ResourceApplyAdam(
+        var=variable.handle, m=m.handle, v=v.handle, beta1_power=scalar(beta_1_power),
+        beta2_power=scalar(beta_2_power), lr=scalar(learning_rate), beta1=scalar(beta_1), beta2=scalar(beta_2),
+        epsilon=scalar(epsilon), grad=tf.cast(gradient, tf.float32))
+    return True
 
 
 def rows_once(gradient):

@@ -178,3 +178,27 @@ def test_adam_steps_an_embedding_row_used_twice_by_its_summed_gradient(optimizer
     # Keras' Adam alone squares the slices [3, -1] and [3, 1] (9 + 9, 1 + 1)
     # instead of their sum [6, 0] (36, 0): a different step for row 0.
     np.testing.assert_allclose(two_steps(sparse=True), two_steps(sparse=False), rtol=1e-6)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's ResourceApplyAdam")
+def test_tensorflow_update_is_one_op_per_weight_with_the_step_scalars_computed_once():
+    import collections
+
+    import tensorflow as tf
+
+    def traced_update(names):
+        variables = [keras.Variable(np.ones((3, 2), "float32"), name=name) for name in names]
+        optimizer = kbert.training.fine_tuning_optimizer(100, global_clipnorm=1.0)
+        optimizer.build(variables)
+        update = tf.function(lambda grads: optimizer.apply(grads, variables))
+        return update.get_concrete_function([tf.TensorSpec((3, 2))] * len(names)).graph.get_operations()
+
+    four = traced_update(("kernel", "bias", "embeddings", "gamma"))
+    ops = collections.Counter(op.type for op in four)
+    # Adam's step one op a weight; beta_1 ** t and beta_2 ** t once; the
+    # decay (not on biases or LayerNorm) one subtraction a decayed weight.
+    assert (ops["ResourceApplyAdam"], ops["Pow"], ops["AssignSubVariableOp"]) == (4, 2, 2)
+    # Each weight more: its gradient, clipping, decay and update (Keras'
+    # update adds 94 ops a weight: the schedule, the powers, the moments).
+    more = traced_update(("kernel", "bias", "embeddings", "gamma") + tuple(f"kernel_{i}" for i in range(4)))
+    assert (len(more) - len(four)) / 4 < 20
