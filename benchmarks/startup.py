@@ -148,7 +148,9 @@ def main():
     if args.child:
         print(json.dumps(RUNS[args.child]()))
         return
-    names = args.runs.split(",") + (["kbert-before"] if args.kbert_before else [])
+    names = args.runs.split(",")
+    if args.kbert_before and "kbert-before" not in names:
+        names.append("kbert-before")
     results = {name: [] for name in names}
     for i in range(args.passes):
         for name in names:

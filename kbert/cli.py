@@ -381,7 +381,7 @@ def build_parser():
         p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
         return p
 
-    def data_args(p, labels=True):
+    def data_args(p, labels=True, training=False):
         p.add_argument("--data", required=labels, metavar="FILE",
                        help="CSV (.csv) or TSV (.tsv, .tab) file, UTF-8, with a header row")
         p.add_argument("--text-column", default="text", metavar="NAME", help="column of the texts")
@@ -391,12 +391,16 @@ def build_parser():
                            help="column of the labels: class ids 0..n-1, or class names")
         p.add_argument("--max-examples", type=_count(1), metavar="N",
                        help="use only the first N rows (default: all)")
-        p.add_argument("--batch-size", type=_count(1), default=32, metavar="N", help="examples per batch")
+        if training:
+            p.add_argument("--batch-size", type=_count(1), metavar="N",
+                           help="examples per batch (default: fit's, 8 below 4,000 examples, 16 below 8,000, then 32)")
+        else:
+            p.add_argument("--batch-size", type=_count(1), default=32, metavar="N", help="examples per batch")
 
     command("presets", "list the registered presets").set_defaults(run=_presets)
 
     p = command("train", "fine-tune a classifier on a CSV/TSV file")
-    data_args(p)
+    data_args(p, training=True)
     p.add_argument("--preset", default="minilm", metavar="PRESET",
                    help="pre-trained model: a name from `kbert presets` (minilm: all-MiniLM-L6-v2), "
                         "hf://owner/name, or a folder")
