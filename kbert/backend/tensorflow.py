@@ -58,7 +58,7 @@ def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_r
     # variables are not plain handles: Keras' update there).
     variable, m, v = (x.value if isinstance(x, keras.Variable) else x for x in (variable, m, v))
     if (variable.dtype != tf.float32 or isinstance(gradient, tf.IndexedSlices)
-            or isinstance(tf.distribute.get_strategy(), (tf.distribute.TPUStrategy,))):
+            or isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy)):
         return False
 
     def scalar(x):

@@ -181,8 +181,9 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             check_counts(x, y, sample_weight)
             if isinstance(validation_data, tuple):
                 check_counts(*validation_data)
-            if batch_size is None and count_examples(x) is not None:
-                batch_size = default_batch_size(count_examples(x))
+            examples = count_examples(x)
+            if batch_size is None and examples is not None:
+                batch_size = default_batch_size(examples)
             x = self._dataset(x, y, sample_weight, batch_size,
                               shuffle=shuffle and not isinstance(x, tf.data.Dataset))
             y = sample_weight = batch_size = None

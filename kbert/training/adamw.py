@@ -118,17 +118,17 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
         per variable: Keras gives every variable's `update_step` the same
         `learning_rate` tensor, which keys the cache (and is held by it, so
         its id is not reused)."""
-        key = (learning_rate, keras.backend.standardize_dtype(dtype))
+        dtype = keras.backend.standardize_dtype(dtype)
         cached = getattr(self, "_scalars_of_step", None)
-        if cached is not None and cached[0][0] is key[0] and cached[0][1] == key[1]:
-            return cached[1]
+        if cached is not None and cached[0] is learning_rate and cached[1] == dtype:
+            return cached[2]
         ops = keras.ops
         local_step = ops.cast(self.iterations + 1, dtype)
         beta_2_power = ops.power(ops.cast(self.beta_2, dtype), local_step)
         scalars = (ops.cast(learning_rate, dtype), ops.power(ops.cast(self.beta_1, dtype), local_step), beta_2_power,
                    self._keras_epsilon(beta_2_power))
         if keras.backend.backend() == "tensorflow":
-            self._scalars_of_step = (key, scalars)
+            self._scalars_of_step = (learning_rate, dtype, scalars)
         return scalars
 
     def _decays_in_update_step(self):
