@@ -28,6 +28,8 @@ Usage:
     python benchmarks/embedder_training.py                       # 1 epoch, 10,000 MR sentences
     python benchmarks/embedder_training.py --epochs 2 --sentences 2000 --runs kbert,sentence-transformers
     python benchmarks/embedder_training.py --encode-only             # encode only, no training (a few minutes)
+
+`--encode-only` also runs kbert with TensorFlow's oneDNN kernels on ("kbert-onednn").
 """
 
 import argparse
@@ -155,6 +157,9 @@ def run_sentence_transformers(args, out, bf16=False):
 
 RUNS = {
     "kbert": run_kbert,
+    # TensorFlow's oneDNN kernels on (its default only on CPUs with AVX-512;
+    # docs/benchmarks.md, "oneDNN"); "kbert" runs with the environment as given.
+    "kbert-onednn": run_kbert,
     "sentence-transformers": run_sentence_transformers,
     "sentence-transformers-bf16": lambda args, out: run_sentence_transformers(args, out, bf16=True),
 }
@@ -171,7 +176,7 @@ def main():
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.encode_only:
-        args.runs = "kbert,sentence-transformers"
+        args.runs = "kbert,kbert-onednn,sentence-transformers"
     if args.run:
         print("RESULT " + json.dumps(RUNS[args.run](args, args.out)))
         return
@@ -180,7 +185,8 @@ def main():
         for run in args.runs.split(","):
             command = [sys.executable, __file__, "--run", run, "--out", out, "--epochs", str(args.epochs),
                        "--sentences", str(args.sentences)] + (["--encode-only"] if args.encode_only else [])
-            finished = subprocess.run(command, capture_output=True, text=True)
+            env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1") if run == "kbert-onednn" else None
+            finished = subprocess.run(command, capture_output=True, text=True, env=env)
             lines = [line for line in finished.stdout.splitlines() if line.startswith("RESULT ")]
             if not lines:
                 raise RuntimeError(f"{run} failed:\n{finished.stderr[-3000:]}")
@@ -204,8 +210,9 @@ def main():
         peer = results["sentence-transformers"]
         print(f"\n| encode {args.sentences:,} MR sentences, float32 | sentences / s |")
         print("|---|---|")
-        for run, r in (("kbert", kbert), ("sentence-transformers", peer)):
-            print(f"| {run} | {args.sentences / r['encode_seconds']:.0f} |")
+        for run in ("kbert", "kbert-onednn", "sentence-transformers"):
+            if run in results:
+                print(f"| {run} | {args.sentences / results[run]['encode_seconds']:.0f} |")
         print(f"\nkbert / sentence-transformers encode speed: {peer['encode_seconds'] / kbert['encode_seconds']:.2f}x; "
               f"largest difference between their embeddings: {difference:.1e}")
 

@@ -256,6 +256,23 @@ def test_help_and_argument_mistakes_import_neither_kbert_nor_tensorflow():
     assert "kbert train: error: argument --epochs: 'x' is not an integer" in result.stderr
 
 
+@pytest.mark.parametrize("setting, enabled", [(None, "True"), ("0", "False")])
+def test_the_command_turns_tensorflow_onednn_kernels_on_unless_told_otherwise(setting, enabled):
+    # What TensorFlow itself reports once a subcommand has loaded it (it
+    # reads the variable once, at import).
+    code = (
+        "import sys, kbert_cli\n"
+        "kbert_cli.main(['presets'])\n"
+        "from tensorflow.python.util import _pywrap_util_port\n"
+        "print(_pywrap_util_port.IsMklEnabled(), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if setting is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = setting
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.stderr.strip().splitlines()[-1] == enabled, result.stderr[-2000:]
+
+
 def test_console_script_is_installed_and_every_subcommand_has_help():
     script = os.path.join(os.path.dirname(sys.executable), "kbert")
     listed = subprocess.run([script, "--help"], capture_output=True, text=True).stdout
