@@ -4,6 +4,7 @@ and its answers to bad input: one line naming the file and row, exit code 2."""
 import argparse
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -256,6 +257,8 @@ def test_help_and_argument_mistakes_import_neither_kbert_nor_tensorflow():
     assert "kbert train: error: argument --epochs: 'x' is not an integer" in result.stderr
 
 
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="TensorFlow's x86 builds are the ones with oneDNN kernels to turn on")
 @pytest.mark.parametrize("setting, enabled", [(None, "True"), ("0", "False")])
 def test_the_command_turns_tensorflow_onednn_kernels_on_unless_told_otherwise(setting, enabled):
     # What TensorFlow itself reports once a subcommand has loaded it (it

@@ -3,8 +3,8 @@
 Keras applies a dense layer as a batched matmul and a separate bias add;
 `kbert.backend.dense` applies it in the form each backend fuses (TensorFlow:
 a 2-D `MatMul` + `BiasAdd`, then the GELU in the form oneDNN fuses;
-PyTorch: `linear`; JAX's XLA fuses the plain form itself). The layer keeps its weights, names and
-checkpoints; only how it is applied changes.
+PyTorch: `linear`; JAX's XLA fuses the plain form itself). The layer keeps
+its weights, names and checkpoints; only how it is applied changes.
 """
 
 import keras
