@@ -157,8 +157,9 @@ def run_sentence_transformers(args, out, bf16=False):
 
 RUNS = {
     "kbert": run_kbert,
-    # TensorFlow's oneDNN kernels on (its default only on CPUs with AVX-512;
-    # docs/benchmarks.md, "oneDNN"); "kbert" runs with the environment as given.
+    # TensorFlow's oneDNN kernels on (its default only on CPUs with AVX-512
+    # VNNI, BF16 or AMX; docs/benchmarks.md, "oneDNN"); "kbert" runs with the
+    # environment as given.
     "kbert-onednn": run_kbert,
     "sentence-transformers": run_sentence_transformers,
     "sentence-transformers-bf16": lambda args, out: run_sentence_transformers(args, out, bf16=True),
