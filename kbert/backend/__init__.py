@@ -24,6 +24,7 @@ PRIMITIVES = (
     "fuses_keep_masks",
     "dropout_add",
     "exact_bfloat16_softmax",
+    "fuses_attention",
     "fuses_adamw",
     "adamw_step",
     "adam_update",
@@ -88,11 +89,25 @@ def dropout_add(x, h, mask, scale):
     return _current().dropout_add(x, h, mask, scale)
 
 
-def exact_bfloat16_softmax():
+def exact_bfloat16_softmax(with_gradient):
     """Whether a softmax of bfloat16 logits gives the float32 softmax's
-    probabilities rounded to bfloat16 (PyTorch's does; TensorFlow's only
-    inside oneDNN's kernel), so the logits need no cast to float32."""
-    return _current().exact_bfloat16_softmax()
+    probabilities rounded to bfloat16, so the logits need no cast to
+    float32; `with_gradient`: its gradient too, as the float32 softmax's
+    rounded. PyTorch's does both (it accumulates in float32); TensorFlow's
+    gives the probabilities inside oneDNN's CPU kernel, and computes its
+    gradient in bfloat16 ops."""
+    return _current().exact_bfloat16_softmax(with_gradient)
+
+
+def fuses_attention():
+    """Whether `keras.ops.dot_product_attention` is faster than attention
+    written out (queries scaled, the mask added as a bias, softmax, and the
+    two einsums) where no probabilities are needed: PyTorch's
+    `scaled_dot_product_attention` and JAX's XLA fuse it; TensorFlow's runs
+    as separate ops, scaling and masking the `[batch, heads, length, length]`
+    logits in float32 (two passes more, and a cast of a bfloat16 softmax
+    that oneDNN's kernel makes exact)."""
+    return _current().fuses_attention()
 
 
 def fuses_adamw(variables):

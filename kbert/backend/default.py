@@ -43,8 +43,12 @@ def dropout_add(x, h, mask, scale):
     return x + h * mask * ops.cast(scale, h.dtype)
 
 
-def exact_bfloat16_softmax():
+def exact_bfloat16_softmax(with_gradient):
     return False
+
+
+def fuses_attention():
+    return True
 
 
 def fuses_adamw(variables):

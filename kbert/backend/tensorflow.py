@@ -1,11 +1,24 @@
-"""TensorFlow's implementations of kbert's primitives (public TF APIs only)."""
+"""TensorFlow's implementations of kbert's primitives.
 
+Public TensorFlow APIs, but for one guarded private call that asks whether
+TensorFlow's oneDNN kernels are on (without it, the answer is no).
+"""
+
+import functools
 import math
 
 import keras
 import tensorflow as tf
 
 from kbert.backend import default
+
+try:
+    # Whether TensorFlow runs its oneDNN kernels (its own choice by CPU, or
+    # TF_ENABLE_ONEDNN_OPTS): not public API, so guarded.
+    from tensorflow.python.util._pywrap_util_port import IsMklEnabled as _onednn_enabled
+except ImportError:
+    def _onednn_enabled():
+        return False
 
 
 def _normal_cdf(x):
@@ -54,6 +67,28 @@ def random_int16(shape, seed_generator):
     halves = tf.bitcast(bits, tf.int16)  # [..., half, 2]
     halves = tf.reshape(halves, tf.concat([tf.shape(bits)[:-1], [-1]], axis=0))
     return halves[..., : shape[-1]]
+
+
+def exact_bfloat16_softmax(with_gradient):
+    # oneDNN's softmax of bfloat16 logits computes in float32 and rounds once
+    # (Eigen's, where oneDNN is off, does not; on an accelerator the softmax
+    # is not oneDNN's). Its gradient, TensorFlow's `SoftmaxGrad` written in
+    # bfloat16 ops, rounds about twice as much as that of a float32 softmax
+    # cast to bfloat16 (relative error 3.5e-3 against 1.6e-3).
+    return not with_gradient and _onednn_softmax()
+
+
+@functools.cache
+def _onednn_softmax():
+    return bool(_onednn_enabled()) and not (tf.config.list_logical_devices("GPU")
+                                            or tf.config.list_logical_devices("TPU"))
+
+
+def fuses_attention():
+    # `ops.dot_product_attention` is separate ops here, and scales and masks
+    # the logits in float32: kbert's attention written out is 1.3x faster
+    # (MiniLM's layer in bfloat16 at 32 x 128: 9.0 against 12.3 ms).
+    return False
 
 
 def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon):

@@ -67,9 +67,9 @@ def dropout_add(x, h, mask, scale):
     return torch.addcmul(x, h, mask, value=scale)
 
 
-def exact_bfloat16_softmax():
-    # PyTorch's softmax of bfloat16 logits accumulates in float32 and rounds
-    # once: the same probabilities as a float32 softmax cast to bfloat16.
+def exact_bfloat16_softmax(with_gradient):
+    # PyTorch's softmax of bfloat16 logits (and its gradient) accumulates in
+    # float32 and rounds once: the same as a float32 softmax cast to bfloat16.
     return True
 
 

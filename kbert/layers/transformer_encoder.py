@@ -124,7 +124,7 @@ class TransformerEncoder(keras.layers.Layer):
         elif padding_mask is not None:
             mask = ops.cast(padding_mask, "bool")[:, None, None, :]
         dropout_active = training and self.dropout > 0
-        if not (return_attention_scores or dropout_active):
+        if not (return_attention_scores or dropout_active) and backend.fuses_attention():
             # Fused attention where the backend has it; no probabilities needed.
             context = ops.dot_product_attention(q, k, v, mask=mask)
             scores = None
@@ -134,7 +134,7 @@ class TransformerEncoder(keras.layers.Layer):
             # [batch, heads, length, length] (and add has no backward work).
             q = q * ops.cast(self.head_dim**-0.5, q.dtype)
             logits = ops.einsum("btnh,bsnh->bnts", q, k)
-            if return_attention_scores or not self._bfloat16_softmax_is_exact(logits):
+            if return_attention_scores or not self._bfloat16_softmax_is_exact(logits, training):
                 logits = ops.cast(logits, "float32")
             if mask is not None:
                 logits = logits + ops.cast(ops.where(mask, 0.0, -1e9), logits.dtype)
@@ -155,12 +155,14 @@ class TransformerEncoder(keras.layers.Layer):
         return self._dense(self.attention_output, context), scores
 
     @staticmethod
-    def _bfloat16_softmax_is_exact(logits):
+    def _bfloat16_softmax_is_exact(logits, training):
         """Whether bfloat16 logits give the float32 softmax's probabilities
-        rounded to bfloat16 (on PyTorch), so [batch, heads, length, length]
-        is not cast to float32 and back (forward and backward). (The mask's
-        bias, 0 or -1e9, leaves unmasked logits exact in bfloat16.)"""
-        return backend.exact_bfloat16_softmax() and keras.backend.standardize_dtype(logits.dtype) == "bfloat16"
+        rounded to bfloat16 (and in `training` its gradient too), so
+        [batch, heads, length, length] is not cast to float32 and back.
+        (The mask's bias, 0 or -1e9, leaves unmasked logits exact in
+        bfloat16.)"""
+        return (backend.exact_bfloat16_softmax(with_gradient=bool(training))
+                and keras.backend.standardize_dtype(logits.dtype) == "bfloat16")
 
     def _residual(self, x, h, training):
         """`x + dropout(h)`: on PyTorch in training one op of the 0/1 mask

@@ -2,6 +2,7 @@ import keras
 import numpy as np
 import pytest
 
+from kbert import backend
 from kbert.layers import TransformerEncoder
 from tests.helpers import to_numpy
 
@@ -22,6 +23,33 @@ def test_fused_attention_equals_explicit_softmax_attention():
     assert tuple(scores.shape) == (2, 4, 6, 6)
 
 
+@pytest.mark.parametrize("masking", ["padding_mask", "sequence_ids"])
+def test_attention_written_out_equals_keras_dot_product_attention(monkeypatch, masking):
+    # TensorFlow's inference takes the written-out path (backend.fuses_attention).
+    layer = built_encoder()
+    x = np.random.default_rng(0).normal(size=(2, 7, 16)).astype("float32")
+    masks = {"padding_mask": np.array([[1] * 5 + [0] * 2, [1] * 7], "int32"),
+             "sequence_ids": np.array([[1, 1, 1, 2, 2, 0, 0], [1, 1, 2, 2, 2, 3, 3]], "int32")}
+    keras_attention, written_out = [], []
+    for fuses, outputs in ((True, keras_attention), (False, written_out)):
+        monkeypatch.setattr(backend._current(), "fuses_attention", lambda fuses=fuses: fuses)
+        outputs.append(to_numpy(layer(x, **{masking: masks[masking]})))
+    np.testing.assert_allclose(written_out[0], keras_attention[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not backend.exact_bfloat16_softmax(with_gradient=False),
+                    reason="this backend casts bfloat16 logits to float32 in inference")
+def test_inference_attention_in_bfloat16_equals_the_float32_softmax(monkeypatch, bfloat16):
+    layer = built_encoder(dtype="mixed_bfloat16")
+    x = np.random.default_rng(5).normal(size=(2, 9, 16)).astype("float32")
+    mask = np.array([[1] * 6 + [0] * 3, [1] * 9], "int32")
+    monkeypatch.setattr(backend._current(), "fuses_attention", lambda: False)
+    taken_as_is = to_numpy(keras.ops.cast(layer(x, padding_mask=mask), "float32"))
+    monkeypatch.setattr(TransformerEncoder, "_bfloat16_softmax_is_exact", staticmethod(lambda logits, training: False))
+    cast_to_float32 = to_numpy(keras.ops.cast(layer(x, padding_mask=mask), "float32"))
+    np.testing.assert_array_equal(taken_as_is, cast_to_float32)
+
+
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="the bfloat16 softmax is taken as is on PyTorch only")
 def test_training_attention_in_bfloat16_equals_the_float32_softmax(monkeypatch, bfloat16):
     layer = built_encoder(dtype="mixed_bfloat16")
@@ -37,7 +65,7 @@ def test_training_attention_in_bfloat16_equals_the_float32_softmax(monkeypatch, 
         return to_numpy(keras.ops.cast(y, "float32")), to_numpy(inputs.grad)
 
     taken_as_is = output_and_input_gradient()
-    monkeypatch.setattr(TransformerEncoder, "_bfloat16_softmax_is_exact", staticmethod(lambda logits: False))
+    monkeypatch.setattr(TransformerEncoder, "_bfloat16_softmax_is_exact", staticmethod(lambda logits, training: False))
     cast_to_float32 = output_and_input_gradient()
     np.testing.assert_array_equal(taken_as_is[0], cast_to_float32[0])  # the same probabilities
     # The softmax's backward reads the probabilities rounded to bfloat16
