@@ -92,10 +92,10 @@ def dropout_add(x, h, mask, scale):
 def exact_bfloat16_softmax(with_gradient):
     """Whether a softmax of bfloat16 logits gives the float32 softmax's
     probabilities rounded to bfloat16, so the logits need no cast to
-    float32; `with_gradient`: its gradient too, as the float32 softmax's
-    rounded. PyTorch's does both (it accumulates in float32); TensorFlow's
-    gives the probabilities inside oneDNN's CPU kernel, and computes its
-    gradient in bfloat16 ops."""
+    float32. `with_gradient`: where a gradient is taken, which must then be
+    computed in float32 too. PyTorch's does both; TensorFlow's gives the
+    probabilities where oneDNN's CPU kernel runs it (observed once per
+    process) and computes its gradient in bfloat16 ops."""
     return _current().exact_bfloat16_softmax(with_gradient)
 
 
@@ -105,8 +105,7 @@ def fuses_attention():
     two einsums) where no probabilities are needed: PyTorch's
     `scaled_dot_product_attention` and JAX's XLA fuse it; TensorFlow's runs
     as separate ops, scaling and masking the `[batch, heads, length, length]`
-    logits in float32 (two passes more, and a cast of a bfloat16 softmax
-    that oneDNN's kernel makes exact)."""
+    logits in float32."""
     return _current().fuses_attention()
 
 

@@ -1,8 +1,4 @@
-"""TensorFlow's implementations of kbert's primitives.
-
-Public TensorFlow APIs, but for one guarded private call that asks whether
-TensorFlow's oneDNN kernels are on (without it, the answer is no).
-"""
+"""TensorFlow's implementations of kbert's primitives (public TF APIs only)."""
 
 import functools
 import math
@@ -11,14 +7,6 @@ import keras
 import tensorflow as tf
 
 from kbert.backend import default
-
-try:
-    # Whether TensorFlow runs its oneDNN kernels (its own choice by CPU, or
-    # TF_ENABLE_ONEDNN_OPTS): not public API, so guarded.
-    from tensorflow.python.util._pywrap_util_port import IsMklEnabled as _onednn_enabled
-except ImportError:
-    def _onednn_enabled():
-        return False
 
 
 def _normal_cdf(x):
@@ -70,24 +58,32 @@ def random_int16(shape, seed_generator):
 
 
 def exact_bfloat16_softmax(with_gradient):
-    # oneDNN's softmax of bfloat16 logits computes in float32 and rounds once
-    # (Eigen's, where oneDNN is off, does not; on an accelerator the softmax
-    # is not oneDNN's). Its gradient, TensorFlow's `SoftmaxGrad` written in
-    # bfloat16 ops, rounds about twice as much as that of a float32 softmax
-    # cast to bfloat16 (relative error 3.5e-3 against 1.6e-3).
-    return not with_gradient and _onednn_softmax()
+    # oneDNN's CPU kernel computes a softmax of bfloat16 logits in float32 and
+    # rounds once; Eigen's (oneDNN off, or a CPU without AVX-512, where
+    # TensorFlow falls back to it even with oneDNN on) does not. TensorFlow's
+    # gradient, `SoftmaxGrad` written in bfloat16 ops, rounds twice as often
+    # as that of a float32 softmax rounded (docs/benchmarks.md).
+    return not with_gradient and _graph_softmax_of_bfloat16_is_exact()
 
 
 @functools.cache
-def _onednn_softmax():
-    return bool(_onednn_enabled()) and not (tf.config.list_logical_devices("GPU")
-                                            or tf.config.list_logical_devices("TPU"))
+def _graph_softmax_of_bfloat16_is_exact():
+    """Whether a traced softmax of bfloat16 logits gives the float32
+    softmax's probabilities rounded, as observed once on this machine's
+    default device (a TPU's softmax is not observed here: no)."""
+    if tf.config.list_logical_devices("TPU"):
+        return False
+    with tf.init_scope():  # out of any graph being traced
+        logits = tf.cast(tf.random.stateless_normal((8, 128), seed=(0, 0)) * 4, tf.bfloat16)
+        rounded = tf.cast(tf.nn.softmax(tf.cast(logits, tf.float32)), tf.bfloat16)
+        return bool(tf.reduce_all(tf.function(tf.nn.softmax)(logits) == rounded))
 
 
 def fuses_attention():
     # `ops.dot_product_attention` is separate ops here, and scales and masks
-    # the logits in float32: kbert's attention written out is 1.3x faster
-    # (MiniLM's layer in bfloat16 at 32 x 128: 9.0 against 12.3 ms).
+    # the [batch, heads, length, length] logits in float32: written out
+    # (the queries scaled, the mask added as a bias), attention takes fewer
+    # passes over them (docs/benchmarks.md).
     return False
 
 

@@ -68,8 +68,9 @@ def dropout_add(x, h, mask, scale):
 
 
 def exact_bfloat16_softmax(with_gradient):
-    # PyTorch's softmax of bfloat16 logits (and its gradient) accumulates in
-    # float32 and rounds once: the same as a float32 softmax cast to bfloat16.
+    # PyTorch's softmax of bfloat16 logits accumulates in float32 and rounds
+    # once: a float32 softmax's probabilities cast to bfloat16. Its gradient
+    # is computed in float32 too, from those probabilities.
     return True
 
 

@@ -157,12 +157,12 @@ class TransformerEncoder(keras.layers.Layer):
     @staticmethod
     def _bfloat16_softmax_is_exact(logits, training):
         """Whether bfloat16 logits give the float32 softmax's probabilities
-        rounded to bfloat16 (and in `training` its gradient too), so
-        [batch, heads, length, length] is not cast to float32 and back.
-        (The mask's bias, 0 or -1e9, leaves unmasked logits exact in
-        bfloat16.)"""
-        return (backend.exact_bfloat16_softmax(with_gradient=bool(training))
-                and keras.backend.standardize_dtype(logits.dtype) == "bfloat16")
+        rounded to bfloat16, and in `training` (where kbert takes gradients)
+        a float32 gradient, so [batch, heads, length, length] is not cast to
+        float32 and back. (The mask's bias, 0 or -1e9, leaves unmasked
+        logits exact in bfloat16.)"""
+        return (keras.backend.standardize_dtype(logits.dtype) == "bfloat16"
+                and backend.exact_bfloat16_softmax(with_gradient=bool(training)))
 
     def _residual(self, x, h, training):
         """`x + dropout(h)`: on PyTorch in training one op of the 0/1 mask
