@@ -46,6 +46,15 @@ import keras  # noqa: E402
 import kbert  # noqa: E402
 
 AUSTEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "austen.txt.gz")
+# Guessed at the end of the run: Austen's first line of Pride and Prejudice
+# (shortened), and sentences whose blanks her novels fill many ways.
+FILL_IN = [
+    "she was [MASK] to see him.",
+    "it is a truth universally [MASK] that a single man must want a wife.",
+    "mr. darcy [MASK] the room.",
+    "i am very [MASK] to hear it.",
+    "he was a very [MASK] young man.",
+]
 
 
 def split_austen(folder, parts=8):
@@ -159,14 +168,14 @@ def main():
     curves = {name: [float(row[name]) for row in rows] for name in rows[0]
               if name != "epoch" and rows[0][name] != "NA"}  # (CSVLogger's val_ columns hold NA)
     kbert.plots.plot_history(curves, path=os.path.join(args.run_dir, "loss.png"))
-    for text in ["she was [MASK] to see him.", "it is a truth universally [MASK] that a single man must want a wife.",
-                 "mr. darcy [MASK] the room."]:
+    for text in FILL_IN:
         guesses = model.fill_mask([text], top_k=5)[0][0]
         print(f"  {text!r}: " + ", ".join(f"{token} {p:.2f}" for token, p in guesses))
-    backbone.save_to_preset(os.path.join(args.run_dir, "preset"))
-    tokenizer.save_to_preset(os.path.join(args.run_dir, "preset"))
-    print(f"pre-trained preset in {os.path.join(args.run_dir, 'preset')}; logs: tensorboard --logdir "
-          f"{os.path.join(args.run_dir, 'logs')}")
+    # Backbone, both heads and the vocabulary: BertMaskedLM.from_preset(preset)
+    # fills in blanks, BertBackbone.from_preset(preset) starts a fine-tuning.
+    preset = os.path.join(args.run_dir, "preset")
+    model.save_to_preset(preset)
+    print(f"pre-trained preset in {preset}; logs: tensorboard --logdir {os.path.join(args.run_dir, 'logs')}")
 
 
 if __name__ == "__main__":

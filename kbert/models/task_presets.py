@@ -88,6 +88,8 @@ class TaskPresets:
                 model.load_weights(os.path.join(folder, TASK_WEIGHTS))
             else:
                 backbone.load_weights(os.path.join(folder, loading.KBERT_WEIGHTS))
+                if saved:
+                    model.load_saved_head(folder, saved)
             return model
         path = files.weights_file(folder)
         tensors = huggingface.read_checkpoint(path)
@@ -166,6 +168,33 @@ class TaskPresets:
     def hf_head_config(cls, hf_config, tensors):
         """Head arguments read from a Hugging Face checkpoint (e.g. num_classes)."""
         return {}
+
+    def load_saved_head(self, folder, saved):
+        """The head that another task saved in `folder` shares with this one
+        (a `BertPretrainer`'s masked-LM head for a `BertMaskedLM`), matched
+        by its Hugging Face names; a warning for any part it lacks."""
+        table = self.hf_head_table()
+        if not table:
+            return
+        source_class = keras.saving.get_registered_object(f"kbert>{saved.get('class')}")
+        source = None
+        if source_class is not None and issubclass(source_class, TaskPresets):
+            # The saved task, on this model's backbone (its weights, already
+            # loaded, are read again from the same file).
+            source = source_class(backbone=self.backbone, preprocessor=None, **saved.get("config", {}))
+        variables = {name: variable for variable, name, _ in source.hf_head_table()} if source else {}
+        shared = [(variable, variables[name]) for variable, name, _ in table if name in variables]
+        if shared:
+            source.load_weights(os.path.join(folder, TASK_WEIGHTS))
+            for variable, value in shared:
+                variable.assign(value)
+        if len(shared) < len(table):
+            missing = [name for _, name, _ in table if name not in variables]
+            part = "head" if not shared else f"head's {', '.join(missing)}"
+            warnings.warn(
+                f"{folder} holds a {saved.get('class')}, which has no {type(self).__name__} {part}: "
+                "it starts from its initialisation; fine-tune before use."
+            )
 
     def load_hf_head(self, tensors, path):
         table = self.hf_head_table()

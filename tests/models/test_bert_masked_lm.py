@@ -104,3 +104,28 @@ def test_pretrainer_fits_next_sentence_pairs(minilm_dir):
     history = model.fit(pairs.batch(4), epochs=2, verbose=0)
     assert {"loss", "mlm_logits_loss", "nsp_logits_loss"} <= set(history.history)
     assert np.isfinite(history.history["loss"]).all()
+
+
+def test_a_pretrainers_preset_gives_a_masked_lm_its_head(minilm_dir, tmp_path):
+    # Pre-train, then fill in blanks from the preset: BertMaskedLM takes the
+    # pre-trainer's masked-LM head, not a new one.
+    pretrainer = tiny(kbert.BertPretrainer, minilm_dir)
+    bias = pretrainer.mlm_head.bias
+    bias.assign(np.linspace(-3, 3, bias.shape[0]).astype("float32"))  # like no initialisation
+    pretrainer.save_to_preset(tmp_path / "pretrainer")
+    texts = ["she was [MASK] to see him.", "mr. darcy [MASK] the room."]
+    expected = pretrainer.fill_mask(texts, top_k=3)
+    masked_lm = kbert.BertMaskedLM.from_preset(tmp_path / "pretrainer")
+    guesses = masked_lm.fill_mask(texts, top_k=3)
+    assert [[[t for t, _ in m] for m in text] for text in guesses] == \
+        [[[t for t, _ in m] for m in text] for text in expected]
+    np.testing.assert_allclose([[[p for _, p in m] for m in text] for text in guesses],
+                               [[[p for _, p in m] for m in text] for text in expected], rtol=1e-5)
+    # The other way, the masked-LM head is kept and the next-sentence head is new.
+    masked_lm.save_to_preset(tmp_path / "masked_lm")
+    with pytest.warns(UserWarning, match="holds a BertMaskedLM, which has no BertPretrainer head's "
+                                         "cls.seq_relationship.weight, cls.seq_relationship.bias"):
+        pretrainer = kbert.BertPretrainer.from_preset(tmp_path / "masked_lm")
+    np.testing.assert_allclose(to_numpy(pretrainer.mlm_head.bias), to_numpy(bias))
+    with pytest.warns(UserWarning, match="has no BertClassifier head: it starts from its initialisation"):
+        kbert.BertClassifier.from_preset(tmp_path / "pretrainer", num_classes=2)
