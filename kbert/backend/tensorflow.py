@@ -5,8 +5,60 @@ import math
 
 import keras
 import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops
 
 from kbert.backend import default
+
+
+def _custom_gradient(f):
+    """`tf.custom_gradient` whose entry in TensorFlow's gradient registry
+    goes once the gradient is taken.
+
+    In a graph, each call registers its gradient function in a global
+    registry that never lets go of it (tensorflow/tensorflow#97697), and the
+    function holds the traced graph: every new trace of a training step
+    kept its whole graph alive, and with GradCache the model too (an
+    embedder's `fit` with `mini_batch_size` grew the process by about 0.5
+    GB a call). The tape that takes the gradient holds its own reference,
+    so nothing else needs the entry. The registry is private: where it is
+    not a dict of names, entries are left as TensorFlow leaves them.
+    """
+
+    @functools.wraps(f)
+    def call(*args):
+        names = []
+
+        def forward(*args):
+            result, gradient = f(*args)
+
+            def once(*upstream, **kwargs):
+                try:
+                    return gradient(*upstream, **kwargs)
+                finally:
+                    _unregister_gradients(names)
+
+            return result, once
+
+        result = tf.custom_gradient(forward)(*args)
+        if not tf.executing_eagerly():
+            # The name TensorFlow gave this call's gradient, on the IdentityN op it returns.
+            op = tf.nest.flatten(result)[0].op
+            if op.type == "IdentityN":
+                names.append(op.get_attr("_gradient_op_type").decode())
+        return result
+
+    return call
+
+
+def _gradient_registry():
+    registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
+    return registry if isinstance(registry, dict) else {}
+
+
+def _unregister_gradients(names):
+    registry = _gradient_registry()
+    for name in names:
+        registry.pop(name, None)
 
 
 def _normal_cdf(x):
@@ -18,7 +70,7 @@ def _normal_cdf(x):
     return 0.5 * (1.0 + tf.math.erf(x * (1 / math.sqrt(2))))
 
 
-@tf.custom_gradient
+@_custom_gradient
 def _erf_gelu(x):
     # The exact GELU with its derivative written out.
     cdf = _normal_cdf(x)
@@ -134,15 +186,19 @@ def sum_replicas(values):
 
 
 def remat_in_turn(run, count):
-    @tf.custom_gradient
+    @_custom_gradient
     def in_turn(anchor):  # (a custom gradient takes at least one tensor)
         # The way back below reads only these calls' outputs, none of the
         # tensors inside them: in a graph, each call's activations are freed
         # as soon as it has run, and the next runs after it.
         outputs = []
+        before = set(_gradient_registry())
         for i in range(count):
             with tf.control_dependencies(outputs[-1:]):
                 outputs.append(tf.identity(run(i)))
+        # Nothing differentiates these calls (the way back runs them again):
+        # the gradients their ops registered would never be taken, nor let go.
+        _unregister_gradients(set(_gradient_registry()) - before)
 
         def gradient(*upstream, variables=None):
             variables = list(variables or [])

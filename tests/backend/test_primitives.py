@@ -172,3 +172,34 @@ def test_without_the_fused_kernel_adamw_is_not_fused_and_steps_as_the_default(mo
     assert not backend.fuses_adamw([keras.Variable(np.zeros(2, "float32"))])
     for a, b in zip(adamw_after_three_steps(backend.adamw_step, 0.1), adamw_after_three_steps(default.adamw_step, 0.1)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's gradient registry")
+def test_a_traced_step_leaves_tensorflows_gradient_registry_as_it_found_it():
+    # In a graph, TensorFlow registers every custom gradient for good, and the
+    # graph with it (tensorflow#97697): each new trace of a training step kept
+    # its graph alive. The exact GELU's gradient and GradCache's recomputation
+    # (whose forward calls register gradients that are never taken).
+    import tensorflow as tf
+
+    from kbert.backend import tensorflow as tf_backend
+
+    kernel, bias = tf.Variable(to_numpy(tensor((8, 16), 1))), tf.Variable(np.zeros(16, "float32"))
+    x = tf.constant(to_numpy(tensor((6, 8), 2)))
+
+    def run(i):
+        return backend.dense(x[2 * i:2 * i + 2], kernel, bias, "gelu", training=True)
+
+    @tf.function
+    def gradients(remat):
+        with tf.GradientTape() as tape:
+            outputs = backend.remat_in_turn(run, 3) if remat else [run(i) for i in range(3)]
+            loss = tf.add_n([tf.reduce_sum(tf.square(o)) for o in outputs])
+        return tape.gradient(loss, [kernel, bias])
+
+    before = set(tf_backend._gradient_registry())
+    assert before  # TensorFlow's own, by op type
+    cached, plain = gradients(True), gradients(False)
+    assert set(tf_backend._gradient_registry()) == before
+    for a, b in zip(cached, plain):
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=1e-5, atol=1e-6)
