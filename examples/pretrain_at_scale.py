@@ -172,7 +172,7 @@ def main():
         guesses = model.fill_mask([text], top_k=5)[0][0]
         print(f"  {text!r}: " + ", ".join(f"{token} {p:.2f}" for token, p in guesses))
     # Backbone, both heads and the vocabulary: BertMaskedLM.from_preset(preset)
-    # fills in blanks, BertBackbone.from_preset(preset) starts a fine-tuning.
+    # fills in blanks, BertClassifier.from_preset(preset, ...) fine-tunes from it.
     preset = os.path.join(args.run_dir, "preset")
     model.save_to_preset(preset)
     print(f"pre-trained preset in {preset}; logs: tensorboard --logdir {os.path.join(args.run_dir, 'logs')}")
