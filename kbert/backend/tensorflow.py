@@ -11,22 +11,24 @@ from kbert.backend import default
 
 
 def _custom_gradient(f):
-    """`tf.custom_gradient` whose entry in TensorFlow's gradient registry
-    goes once the gradient is taken.
+    """`tf.custom_gradient` whose entries in TensorFlow's gradient registry
+    go once the gradient is taken.
 
     In a graph, each call registers its gradient function in a global
     registry that never lets go of it (tensorflow/tensorflow#97697), and the
     function holds the traced graph: every new trace of a training step
     kept its whole graph alive, and with GradCache the model too (an
     embedder's `fit` with `mini_batch_size` grew the process by about 0.5
-    GB a call). The tape that takes the gradient holds its own reference,
-    so nothing else needs the entry. The registry is private: where it is
-    not a dict of names, entries are left as TensorFlow leaves them.
+    GB a call). The entries a call adds are its own and those of custom
+    gradients inside it that nothing differentiates (GradCache's first
+    pass); the tape that takes the gradient holds its own reference, so
+    nothing else needs them. The registry is private: where it is not a
+    dict of names, entries are left as TensorFlow leaves them.
     """
 
     @functools.wraps(f)
     def call(*args):
-        names = []
+        names = set()
 
         def forward(*args):
             result, gradient = f(*args)
@@ -35,16 +37,15 @@ def _custom_gradient(f):
                 try:
                     return gradient(*upstream, **kwargs)
                 finally:
-                    _unregister_gradients(names)
+                    registry = _gradient_registry()
+                    for name in names:
+                        registry.pop(name, None)
 
             return result, once
 
+        before = set(_gradient_registry())
         result = tf.custom_gradient(forward)(*args)
-        if not tf.executing_eagerly():
-            # The name TensorFlow gave this call's gradient, on the IdentityN op it returns.
-            op = tf.nest.flatten(result)[0].op
-            if op.type == "IdentityN":
-                names.append(op.get_attr("_gradient_op_type").decode())
+        names.update(set(_gradient_registry()) - before)
         return result
 
     return call
@@ -53,12 +54,6 @@ def _custom_gradient(f):
 def _gradient_registry():
     registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
     return registry if isinstance(registry, dict) else {}
-
-
-def _unregister_gradients(names):
-    registry = _gradient_registry()
-    for name in names:
-        registry.pop(name, None)
 
 
 def _normal_cdf(x):
@@ -192,13 +187,9 @@ def remat_in_turn(run, count):
         # tensors inside them: in a graph, each call's activations are freed
         # as soon as it has run, and the next runs after it.
         outputs = []
-        before = set(_gradient_registry())
         for i in range(count):
             with tf.control_dependencies(outputs[-1:]):
                 outputs.append(tf.identity(run(i)))
-        # Nothing differentiates these calls (the way back runs them again):
-        # the gradients their ops registered would never be taken, nor let go.
-        _unregister_gradients(set(_gradient_registry()) - before)
 
         def gradient(*upstream, variables=None):
             variables = list(variables or [])
