@@ -179,8 +179,8 @@ class BertTextEmbedder(Task):
             return np.asarray(self.predict(texts, batch_size=batch_size, verbose=0), dtype="float32")
         # The prompt left out of the pooling: one trace for every prompt,
         # whose length is an input.
-        traced = self._traced("prompted", lambda: lambda texts, skip: self._features(self._batch_preprocessor(),
-                                                                                    texts, skip))
+        traced = self._traced("prompted", lambda: self._padded_to_longest(
+            lambda texts, skip: self._features(self._batch_preprocessor(), texts, skip)))
         skip = tf.constant(self._prompt_length(text))
         embeddings = self._in_length_order(
             texts, lambda texts: self._predict_raw((text_tensor(texts),), batch_size, 0, lambda t: traced(t, skip)))

@@ -219,10 +219,12 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         Raw text in memory goes batch by batch through the task's
         preprocessing, traced once per model, and `predict_on_batch`: a
         `tf.data` pipeline would be traced and started anew at every call,
-        which costs more than the model on a few texts. There, outputs per
-        token of batches padded to different lengths (`input_padding=
-        "bucket"`) are given at the longest length, the positions past a
-        batch's own length set to 0 (padding in either case).
+        which costs more than the model on a few texts. There,
+        `input_padding="bucket"` pads each batch to its longest text (under
+        JAX, which compiles every shape, to its bucket), and outputs per
+        token of batches of different lengths are given at the longest
+        length, the positions past a batch's own length set to 0 (padding in
+        either case).
 
         Keras' own loop over a `tf.data` pipeline of the same preprocessing
         runs instead where `callbacks` or `steps` are given, and where the
@@ -236,7 +238,7 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             return self._in_length_order(
                 x, lambda x: super(Task, self).predict(self._dataset(x, batch_size=batch_size), verbose=verbose,
                                                        **kwargs))
-        preprocess = self._traced("preprocess", lambda: lambda *batch: self._preprocess(*batch)[0])
+        preprocess = self._traced("predict", lambda: self._padded_to_longest(lambda *batch: self._preprocess(*batch)[0]))
         return self._in_length_order(x, lambda x: self._predict_raw(self._raw_slices(x), batch_size, verbose,
                                                                     preprocess))
 

@@ -3,6 +3,7 @@ strings before the model sees them (the `Task` base's input pipeline)."""
 
 import json
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -105,8 +106,33 @@ class RawTextInput:
     def _batch_preprocessor(self):
         """The preprocessor that fit/evaluate/predict use on raw text: padding
         as `input_padding` says (a new packer on the same tokenizer; called
-        only when a dataset's map is traced)."""
-        return self.preprocessor.with_padding(self.input_padding)
+        only when a dataset's map is traced), or to each batch's longest
+        text inside `_padded_to_longest`."""
+        padding = self.input_padding
+        if padding == "bucket" and vars(self).get("_to_longest"):
+            padding = "longest"
+        return self.preprocessor.with_padding(padding)
+
+    def _padded_to_longest(self, function):
+        """`function`, with `input_padding="bucket"` padding each batch to its
+        longest text while it runs (and so while `tf.function` traces it).
+
+        For `predict` on text in memory, sorted by length: its batches then
+        carry almost no padding (MR sentences: 1.004 tokens a real token
+        against 1.20 in buckets), and the outputs are the same. Not under
+        JAX, which compiles every new shape: there the buckets bound the
+        compilations."""
+        if keras.backend.backend() == "jax":
+            return function
+
+        def padded_to_longest(*args):
+            object.__setattr__(self, "_to_longest", True)  # outside Keras' tracking of attributes
+            try:
+                return function(*args)
+            finally:
+                object.__setattr__(self, "_to_longest", False)
+
+        return padded_to_longest
 
     def _preprocess(self, x, *rest):
         return (self._batch_preprocessor()(x), *rest)

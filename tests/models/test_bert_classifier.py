@@ -175,7 +175,7 @@ def test_predict_on_texts_in_memory_equals_keras_loop_and_traces_its_preprocessi
     # Given callbacks, predict runs Keras' loop over a tf.data pipeline.
     looped = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0, callbacks=[])
     np.testing.assert_allclose(direct, looped, atol=1e-6)
-    preprocess = model._traced_functions["preprocess"][2]
+    preprocess = model._traced_functions["predict"][2]
     traces = preprocess.experimental_get_tracing_count()
     again = model.predict(MIXED_LENGTHS[::-1], batch_size=4, verbose=0)
     np.testing.assert_allclose(again, direct[::-1], atol=1e-6)
@@ -183,7 +183,7 @@ def test_predict_on_texts_in_memory_equals_keras_loop_and_traces_its_preprocessi
     # A new preprocessor (or padding) is traced anew.
     model.input_padding = "sequence_length"
     np.testing.assert_allclose(model.predict(MIXED_LENGTHS, batch_size=4, verbose=0), direct, atol=1e-5)
-    assert model._traced_functions["preprocess"][2] is not preprocess
+    assert model._traced_functions["predict"][2] is not preprocess
 
 
 def test_pairs_of_texts_are_classified(minilm_dir):
