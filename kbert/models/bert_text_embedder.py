@@ -343,7 +343,8 @@ class BertTextEmbedder(Task):
         y = np.zeros(len(columns[0]), "float32") if y is None else np.asarray(y, "float32")
         rows = tf.RaggedTensor.from_row_lengths(np.concatenate(batches).astype("int64"),
                                                 [len(b) for b in batches])
-        preprocessor = self._batch_preprocessor()
+        with self._longest_padding():
+            preprocessor = self._batch_preprocessor()
         y = tf.constant(y)
 
         def gather(batch):

@@ -50,8 +50,11 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             input_padding: `"bucket"`: raw text is padded batch by batch (and
                 an exported model's request slice by slice) to one of a few
                 lengths (16, 24, 32, 48, ..., sequence_length; see
-                SegmentPacker's pad_to="bucket"): real sentences are short,
-                and padding is masked, so the outputs are the same.
+                SegmentPacker's pad_to="bucket"), or, in fit, evaluate and
+                predict where a new shape compiles nothing (TensorFlow
+                without XLA, PyTorch), to each batch's longest text: real
+                sentences are short, and padding is masked, so the outputs
+                are the same.
                 `"sequence_length"`: fixed shapes.
             length_groups: `fit` on raw text shuffles, sorts each run of
                 `length_groups` batches by length, then shuffles the batches,
@@ -219,12 +222,11 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         Raw text in memory goes batch by batch through the task's
         preprocessing, traced once per model, and `predict_on_batch`: a
         `tf.data` pipeline would be traced and started anew at every call,
-        which costs more than the model on a few texts. There,
-        `input_padding="bucket"` pads each batch to its longest text (under
-        JAX, which compiles every shape, to its bucket), and outputs per
-        token of batches of different lengths are given at the longest
-        length, the positions past a batch's own length set to 0 (padding in
-        either case).
+        which costs more than the model on a few texts. There, outputs per
+        token of batches padded to different lengths (to each batch's
+        longest text, or its bucket: see `_pads_to_longest`) are given at the
+        longest length, the positions past a batch's own length set to 0
+        (padding in either case).
 
         Keras' own loop over a `tf.data` pipeline of the same preprocessing
         runs instead where `callbacks` or `steps` are given, and where the

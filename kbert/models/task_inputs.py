@@ -1,6 +1,7 @@
 """Raw text into a task model: what `fit`, `evaluate` and `predict` do with
 strings before the model sees them (the `Task` base's input pipeline)."""
 
+import contextlib
 import json
 
 import keras
@@ -61,7 +62,7 @@ class RawTextInput:
         preprocess = (lambda a, b: self._preprocess((a, b))) if pairs else self._preprocess
         if not self._preprocess_traced_once:
             return preprocess
-        return self._traced("pair_batches" if pairs else "batches", lambda: preprocess)
+        return self._traced("pair_batches" if pairs else "batches", lambda: self._padded_to_longest(preprocess))
 
     def _raw_slices(self, x, y=None, sample_weight=None):
         """Raw input held in memory as the tensors whose rows are the
@@ -107,30 +108,40 @@ class RawTextInput:
         """The preprocessor that fit/evaluate/predict use on raw text: padding
         as `input_padding` says (a new packer on the same tokenizer; called
         only when a dataset's map is traced), or to each batch's longest
-        text inside `_padded_to_longest`."""
-        padding = self.input_padding
-        if padding == "bucket" and vars(self).get("_to_longest"):
-            padding = "longest"
+        text inside `_longest_padding` (see `_pads_to_longest`)."""
+        padding = "longest" if vars(self).get("_to_longest") and self._pads_to_longest() else self.input_padding
         return self.preprocessor.with_padding(padding)
 
-    def _padded_to_longest(self, function):
-        """`function`, with `input_padding="bucket"` padding each batch to its
-        longest text while it runs (and so while `tf.function` traces it).
+    def _pads_to_longest(self):
+        """Whether `input_padding="bucket"` pads the batches of `fit`,
+        `evaluate` and `predict` on raw text to their longest text instead of
+        its bucket: wherever a new shape costs no compilation (TensorFlow
+        traces its steps with relaxed shapes, PyTorch runs eagerly); not
+        under JAX, nor where the steps compile with XLA (`jit_compile`),
+        which compile every shape: there the buckets bound the compilations.
 
-        For `predict` on text in memory, sorted by length: its batches then
-        carry almost no padding (MR sentences: 1.004 tokens a real token
-        against 1.20 in buckets), and the outputs are the same. Not under
-        JAX, which compiles every new shape: there the buckets bound the
-        compilations."""
-        if keras.backend.backend() == "jax":
-            return function
+        Sorted by length (predict, evaluate, fit's groups), a batch then
+        carries almost no padding: MR sentences in batches of 32, 1.004
+        tokens a real token against 1.20 in buckets. The outputs are the
+        same."""
+        return self.input_padding == "bucket" and keras.backend.backend() != "jax" and not self.jit_compile
+
+    @contextlib.contextmanager
+    def _longest_padding(self):
+        """Inside it, `_batch_preprocessor` pads each batch to its longest
+        text where `_pads_to_longest`."""
+        object.__setattr__(self, "_to_longest", True)  # outside Keras' tracking of attributes
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_to_longest", False)
+
+    def _padded_to_longest(self, function):
+        """`function`, run (and so traced by `tf.function`) inside `_longest_padding`."""
 
         def padded_to_longest(*args):
-            object.__setattr__(self, "_to_longest", True)  # outside Keras' tracking of attributes
-            try:
+            with self._longest_padding():
                 return function(*args)
-            finally:
-                object.__setattr__(self, "_to_longest", False)
 
         return padded_to_longest
 
@@ -139,8 +150,8 @@ class RawTextInput:
 
     def _traced(self, name, build):
         """The function `build()` gives, as a `tf.function` traced once for
-        this task model's settings: its preprocessor, `input_padding` and
-        head settings (`task_config`: class names, a question answerer's
+        this task model's settings: its preprocessor, `input_padding` (and
+        `_pads_to_longest`) and head settings (`task_config`: class names, a question answerer's
         stride, an embedder's prompts...), built and traced anew where any
         of them changes. Kept outside Keras' tracking of attributes, so that
         saving and exporting never see it."""
@@ -148,7 +159,8 @@ class RawTextInput:
         if cache is None:
             cache = {}
             object.__setattr__(self, "_traced_functions", cache)
-        settings = (self.input_padding, json.dumps(self.task_config(), sort_keys=True, default=str))
+        settings = (self.input_padding, self._pads_to_longest(),
+                    json.dumps(self.task_config(), sort_keys=True, default=str))
         entry = cache.get(name)
         if entry is None or entry[0] is not self.preprocessor or entry[1] != settings:
             function = tf.function(build(), reduce_retracing=True, autograph=False)
