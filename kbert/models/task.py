@@ -240,7 +240,8 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             return self._in_length_order(
                 x, lambda x: super(Task, self).predict(self._dataset(x, batch_size=batch_size), verbose=verbose,
                                                        **kwargs))
-        preprocess = self._traced("predict", lambda: self._padded_to_longest(lambda *batch: self._preprocess(*batch)[0]))
+        preprocess = self._traced("predict",
+                                  lambda: self._padded_to_longest(lambda *batch: self._preprocess(*batch)[0]))
         return self._in_length_order(x, lambda x: self._predict_raw(self._raw_slices(x), batch_size, verbose,
                                                                     preprocess))
 
