@@ -488,11 +488,12 @@ class _CachedColumnsModel(DistributedTraining, keras.Model):
         base = ops.copy(self.chunk_seeds.state.value)
         dtype = base.dtype
 
-        def run(i):
+        def run(i):  # (`i` a number, or on TensorFlow a scalar tensor)
             # Generator j of mini-batch i: seed word base + j, counter from
             # base + i * _SPACING.
+            counter = ops.cast(i, dtype) * self._SPACING
             for j, variable in enumerate(self._seed_states):
-                variable.assign(base + ops.convert_to_tensor([j, i * self._SPACING], dtype=dtype))
+                variable.assign(base + ops.stack([ops.convert_to_tensor(j, dtype), counter]))
             start = i * self.mini_batch_size
             part = keras.tree.map_structure(lambda t: t[start:start + self.mini_batch_size], inputs)
             return self.columns(part, training=training)

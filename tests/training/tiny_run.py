@@ -134,12 +134,19 @@ def embedder_twice(distributed_scope):
         embedder.compile(optimizer=keras.optimizers.SGD(0.5))
         return embedder
 
-    def fit(embedder):
-        history = embedder.fit((questions, passages), batch_size=8, epochs=2, seed=0, verbose=0)
+    def fit(embedder, **kwargs):
+        history = embedder.fit((questions, passages), batch_size=8, epochs=2, seed=0, verbose=0, **kwargs)
         return embedder.get_weights(), history.history["loss"]
 
     initial = build().get_weights()
     single, single_loss = fit(build())
+    with distributed_scope():
+        cached = build()
+    # GradCache, mini-batches of 2: under a tf.distribute strategy each
+    # replica runs its 4 pairs in 2 (and 2 empty ones, as many as the
+    # global batch of 8 needs); under JAX's data parallelism the global
+    # batch runs in 4.
+    cached, cached_loss = fit(cached, mini_batch_size=2)
     with distributed_scope():
         embedder = build()
     distributed, distributed_loss = fit(embedder)
@@ -149,8 +156,8 @@ def embedder_twice(distributed_scope):
 
     batch = embedder._predict_batch(embedder.preprocessor(tf.constant(questions)))
     encoded = [batch, embedder.encode(questions)]
-    return dict(initial=initial, single=single, distributed=distributed, loss=[single_loss, distributed_loss],
-                encoded=encoded)
+    return dict(initial=initial, single=single, distributed=distributed, cached=cached,
+                loss=[single_loss, distributed_loss, cached_loss], encoded=encoded)
 
 
 def mirrored_embedder(init, out):
