@@ -184,6 +184,11 @@ def remat_in_turn(run, count):
     # Both ways are `tf.while_loop`s over `i`, so `run` is traced (and the
     # graph optimised) once, however many calls there are: unrolled, each
     # call added about 6 s of tracing forward and back to the first step.
+    # Under XLA the calls stay unrolled, with `i` a constant: XLA clamps a
+    # slice that starts at a computed index to fit (the last mini-batch
+    # read rows of the one before it).
+    unrolled = _in_xla_context()
+
     def loop(body, initial):
         return tf.while_loop(lambda i, *_: i < count, body, (tf.constant(0),) + tuple(initial),
                              parallel_iterations=1)[1:]
@@ -193,31 +198,55 @@ def remat_in_turn(run, count):
         # The way back below reads only these calls' outputs, none of the
         # tensors inside them: each call's activations are freed as soon as
         # it has run, and the next runs after it.
-        traced = {}
+        if unrolled:
+            outputs = []
+            for i in range(count):
+                with tf.control_dependencies(outputs[-1:]):
+                    outputs.append(tf.identity(run(tf.constant(i))))
+        else:
+            traced = {}
 
-        def forward(i, outputs):
-            output = run(i)
-            traced.update(shape=output.shape, dtype=output.dtype)
-            return i + 1, outputs.write(i, tf.cast(output, tf.float32))
+            def forward(i, written):
+                output = run(i)
+                traced.update(shape=output.shape, dtype=output.dtype)
+                return i + 1, written.write(i, tf.cast(output, tf.float32))
 
-        (written,) = loop(forward, [tf.TensorArray(tf.float32, size=count, infer_shape=False)])
-        outputs = [tf.ensure_shape(tf.cast(written.read(i), traced["dtype"]), traced["shape"]) for i in range(count)]
+            (written,) = loop(forward, [tf.TensorArray(tf.float32, size=count, infer_shape=False)])
+            outputs = [tf.ensure_shape(tf.cast(written.read(i), traced["dtype"]), traced["shape"])
+                       for i in range(count)]
 
         def gradient(*upstream, variables=None):
             variables = list(variables or [])
-            given = tf.TensorArray(tf.float32, size=count, infer_shape=False)
-            for i, u in enumerate(upstream):  # None: an output the loss does not use
-                given = given.write(i, tf.zeros_like(outputs[i]) if u is None else tf.cast(u, tf.float32))
 
-            def backward(i, *total):
-                with tf.GradientTape() as tape:
-                    output = tf.cast(run(i), tf.float32)
-                grads = tape.gradient(output, variables, output_gradients=given.read(i))
-                return (i + 1,) + tuple(a if g is None else a + tf.convert_to_tensor(g) for a, g in zip(total, grads))
+            def backward(i, given, total):  # one recomputation at a time
+                with tf.control_dependencies(total), tf.GradientTape() as tape:
+                    output = run(i)
+                grads = tape.gradient(output, variables, output_gradients=tf.cast(given, output.dtype))
+                return [a if g is None else a + tf.convert_to_tensor(g) for a, g in zip(total, grads)]
 
-            total = loop(backward, [tf.zeros_like(v) for v in variables])
+            # None: an output the loss does not use.
+            upstream = [tf.zeros_like(o) if u is None else u for o, u in zip(outputs, upstream)]
+            total = [tf.zeros_like(v) for v in variables]
+            if unrolled:
+                for i in reversed(range(count)):
+                    total = backward(tf.constant(i), upstream[i], total)
+            else:
+                given = tf.TensorArray(tf.float32, size=count, infer_shape=False)
+                for i, u in enumerate(upstream):
+                    given = given.write(i, tf.cast(u, tf.float32))
+                total = loop(lambda i, *total: (i + 1, *backward(i, given.read(i), total)), total)
             return tf.zeros_like(anchor), list(total)
 
         return outputs, gradient
 
     return in_turn(tf.constant(0.0))
+
+
+def _in_xla_context():
+    """Whether the graph being traced compiles with XLA (`jit_compile`);
+    True where TensorFlow's private module that tells has moved."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:
+        return True
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
