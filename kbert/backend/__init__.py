@@ -169,9 +169,9 @@ def remat_in_turn(run, count):
     """`[run(0), ..., run(count - 1)]`, each a float tensor, keeping none of
     the activations inside `run`: on the way back each `run(i)` is computed
     again, one after another, so that one call's activations are held at a
-    time (so measured on PyTorch; TensorFlow's peak still falls less: see
-    docs/embeddings.md). `run` must compute the same values twice (draw its
-    random numbers from states it sets itself). `keras.remat` on each;
-    TensorFlow, whose graph would run independent calls (and their
-    recomputations) at once, in order."""
+    time (measured on PyTorch and TensorFlow: docs/embeddings.md). `run`
+    must compute the same values twice (draw its random numbers from states
+    it sets itself). `keras.remat` on each; TensorFlow, whose graph would
+    run independent calls (and their recomputations) at once, in a
+    `tf.while_loop` traced once, so `i` there is a scalar int32 tensor."""
     return _current().remat_in_turn(run, count)
