@@ -162,10 +162,10 @@ def kbert_qa(args, recipe):
         max_question_length=MAX_QUESTION, max_answer_length=MAX_ANSWER, **args.kbert_model)
     compile_kbert(model, recipe, args)
     # Each question's first answer, as BERT's SQuAD v1.1 setup.
-    model.fit(([q for q, _, _ in train], [c for _, c, _ in train]), [a[0] for _, _, a in train],
-              batch_size=recipe.get("batch_size"), epochs=args.epochs, verbose=0)
+    history = model.fit(([q for q, _, _ in train], [c for _, c, _ in train]), [a[0] for _, _, a in train],
+                        batch_size=recipe.get("batch_size"), epochs=args.epochs, verbose=0)
     answers = model.answer([q for q, _, _ in test], [c for _, c, _ in test], batch_size=64)
-    return squad_scores([a["answer"] for a in answers], test)
+    return {**squad_scores([a["answer"] for a in answers], test), "last_epoch_loss": history.history["loss"][-1]}
 
 
 # === transformers, as its Trainer trains ===
@@ -174,7 +174,8 @@ def trainer_loop(model, batches, epochs, recipe):
     """`Trainer`'s optimizer, schedule and clipping; `batches(epoch)` gives
     one epoch's batches (the dicts `model` takes, labels included). The
     recipe's `learning_rate`, and its `warmup` and `weight_decay` where it
-    has them (WARMUP and WEIGHT_DECAY where not)."""
+    has them (WARMUP and WEIGHT_DECAY where not). Returns the last epoch's
+    mean training loss."""
     import torch
     import transformers
 
@@ -189,14 +190,18 @@ def trainer_loop(model, batches, epochs, recipe):
     total = sum(len(b) for b in epoch_batches)
     warmup = math.ceil(recipe.get("warmup", WARMUP) * total)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
+    losses = []
     model.train()
     for batch in (b for epoch in epoch_batches for b in epoch):
-        model(**batch).loss.backward()
+        loss = model(**batch).loss
+        loss.backward()
+        losses.append(float(loss))
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
     model.eval()
+    return float(np.mean(losses[-len(epoch_batches[-1]):]))
 
 
 def transformers_ner(args, recipe):
@@ -321,10 +326,11 @@ def transformers_qa(args, recipe):
     def batches(epoch):
         order = torch.randperm(len(features)).tolist()
         size = recipe["batch_size"]
-        return [tokenizer.pad([features[j] for j in order[i:i + size]], return_tensors="pt")
+        return [tokenizer.pad([features[j] for j in order[i:i + size]], padding=args.transformers_padding,
+                              max_length=length, return_tensors="pt")
                 for i in range(0, len(order), size)]
 
-    trainer_loop(model, batches, args.epochs, recipe)
+    loss = trainer_loop(model, batches, args.epochs, recipe)
     predicted = []
     with torch.no_grad():
         for question, context, _ in test:
@@ -343,7 +349,7 @@ def transformers_qa(args, recipe):
                         if start in inside and end in inside and start <= end < start + MAX_ANSWER and score > best:
                             best, answer = score, context[offsets[i][start][0]:offsets[i][end][1]]
             predicted.append(answer)
-    return squad_scores(predicted, test)
+    return {**squad_scores(predicted, test), "last_epoch_loss": loss}
 
 
 def kbert_pairs(args, recipe):
@@ -372,7 +378,8 @@ def measured_score(command, label):
     result = measured(command, label, tail=800)
     if result is None:
         return None
-    others = "".join(f", {k.replace('_', ' ')} {v:.2%}" for k, v in result.items() if k not in ("score", "seconds"))
+    others = "".join(f", {k.replace('_', ' ')} {v:.4f}" if k.endswith("loss") else f", {k.replace('_', ' ')} {v:.2%}"
+                     for k, v in result.items() if k not in ("score", "seconds"))
     print(f"{label}: {result['score']:.2%}{others} ({result['seconds']:.0f} s)", flush=True)
     return result["score"]
 
@@ -403,6 +410,9 @@ def main():
     parser.add_argument("--kbert-compile", type=json.loads, default={}, help="JSON of extra compile arguments")
     parser.add_argument("--kbert-model", type=json.loads, default={},
                         help='JSON of extra from_preset arguments, e.g. {"length_groups": 0}')
+    parser.add_argument("--transformers-padding", default="longest", choices=("longest", "max_length"),
+                        help="qa: transformers' training windows padded to each batch's longest (dynamic "
+                             "padding) or to the sequence length (run_qa.py's default, and kbert's)")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # side:task:seed, in the subprocess
     args = parser.parse_args()
     if args.run:
@@ -418,7 +428,7 @@ def main():
     print(f"epochs {args.epochs}, recipe changes {changed(args)}, "
           f"training examples {args.max_train_examples or 'all'}, kbert on "
           f"{os.environ.get('KERAS_BACKEND', keras.backend.backend())}, kbert compile {args.kbert_compile}, "
-          f"kbert model {args.kbert_model}",
+          f"kbert model {args.kbert_model}, transformers padding {args.transformers_padding}",
           flush=True)
     scores = {}
     for task in args.tasks.split(","):
@@ -429,7 +439,8 @@ def main():
                            *[flag for key, value in changed(args).items()
                              for flag in (f"--{key.replace('_', '-')}", str(value))],
                            "--kbert-compile", json.dumps(args.kbert_compile),
-                           "--kbert-model", json.dumps(args.kbert_model)]
+                           "--kbert-model", json.dumps(args.kbert_model),
+                           "--transformers-padding", args.transformers_padding]
                 score = measured_score(command, f"{task} {side} seed {seed}")
                 if score is not None:
                     scores.setdefault((task, side), []).append(score)
