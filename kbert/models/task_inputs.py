@@ -153,8 +153,8 @@ class RawTextInput:
         this task model's settings: its preprocessor, `input_padding` (and
         `_pads_to_longest`) and head settings (`task_config`: class names, a
         question answerer's stride, an embedder's prompts...), built and
-        traced anew where any of them changes. Kept outside Keras' tracking of attributes, so that
-        saving and exporting never see it."""
+        traced anew where any of them changes. Kept outside Keras' tracking
+        of attributes, so that saving and exporting never see it."""
         cache = vars(self).get("_traced_functions")
         if cache is None:
             cache = {}
