@@ -329,8 +329,12 @@ class BertTextEmbedder(Task):
         try:
             with strategy.scope() if strategy is not None else contextlib.nullcontext():
                 model = self._training_model(len(columns))
-                if mini_batch_size is not None and mini_batch_size < batch_size:
-                    model = _CachedColumnsModel(model, mini_batch_size, -(-batch_size // mini_batch_size))
+                # Under a tf.distribute strategy each replica runs its share
+                # of the global batch, in as many mini-batches as that needs.
+                replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+                per_replica = -(-batch_size // replicas)
+                if mini_batch_size is not None and mini_batch_size < per_replica:
+                    model = _CachedColumnsModel(model, mini_batch_size, -(-per_replica // mini_batch_size))
                 model.compile(optimizer=self.optimizer, loss=loss, jit_compile=self.jit_compile)
             kwargs.pop("shuffle", None)  # done above, per epoch
             return model.fit(dataset, epochs=epochs, steps_per_epoch=steps, shuffle=False, **kwargs)

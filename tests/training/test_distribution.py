@@ -51,10 +51,13 @@ def assert_encodes_once_per_text(out):
     np.testing.assert_allclose(batched, looped, atol=1e-5)
 
 
-def assert_embedders_trained_alike(out):
+def assert_embedders_trained_alike(out, mini_batches):
     # Trained whole on each device, and with GradCache (mini_batch_size=2),
     # as one device on the global batch.
     saved = np.load(out)
+    # GradCache's model ran `mini_batches` per replica (none empty); the
+    # whole-batch fits ran none.
+    assert saved["runs_0"].tolist() == [0, mini_batches, 0]
     for name, i in (("distributed", 1), ("cached", 2)):
         np.testing.assert_allclose(saved[f"loss_{i}"], saved["loss_0"], rtol=1e-5)
         assert_trained_alike(weights(out, "single"), weights(out, name), weights(out, "initial"))
@@ -80,7 +83,7 @@ def test_in_batch_negatives_span_the_replicas_of_a_mirrored_strategy(tmp_path):
     # the loss and the weights would differ from the one device's.
     out = tmp_path / "embedder.npz"
     tiny_run.run_tiny("mirrored_embedder", "-", out, KERAS_BACKEND="tensorflow")
-    assert_embedders_trained_alike(out)
+    assert_embedders_trained_alike(out, mini_batches=2)  # 4 pairs a replica
 
 
 @only_jax
@@ -88,7 +91,7 @@ def test_in_batch_negatives_span_the_devices_of_jax_data_parallel(tmp_path):
     out = tmp_path / "embedder.npz"
     tiny_run.run_tiny("data_parallel_embedder", "-", out, KERAS_BACKEND="jax",
                       XLA_FLAGS=f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count=2")
-    assert_embedders_trained_alike(out)
+    assert_embedders_trained_alike(out, mini_batches=4)  # the global batch of 8
 
 
 def free_ports(count):

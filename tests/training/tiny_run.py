@@ -136,16 +136,18 @@ def embedder_twice(distributed_scope):
 
     def fit(embedder, **kwargs):
         history = embedder.fit((questions, passages), batch_size=8, epochs=2, seed=0, verbose=0, **kwargs)
+        runs.append(getattr(history.model, "max_chunks", 0))
         return embedder.get_weights(), history.history["loss"]
+
+    runs = []  # mini-batches a replica runs at most (0: no GradCache)
 
     initial = build().get_weights()
     single, single_loss = fit(build())
     with distributed_scope():
         cached = build()
     # GradCache, mini-batches of 2: under a tf.distribute strategy each
-    # replica runs its 4 pairs in 2 (and 2 empty ones, as many as the
-    # global batch of 8 needs); under JAX's data parallelism the global
-    # batch runs in 4.
+    # replica runs its 4 pairs in 2; under JAX's data parallelism the
+    # global batch runs in 4.
     cached, cached_loss = fit(cached, mini_batch_size=2)
     with distributed_scope():
         embedder = build()
@@ -157,7 +159,7 @@ def embedder_twice(distributed_scope):
     batch = embedder._predict_batch(embedder.preprocessor(tf.constant(questions)))
     encoded = [batch, embedder.encode(questions)]
     return dict(initial=initial, single=single, distributed=distributed, cached=cached,
-                loss=[single_loss, distributed_loss, cached_loss], encoded=encoded)
+                loss=[single_loss, distributed_loss, cached_loss], encoded=encoded, runs=[runs])
 
 
 def mirrored_embedder(init, out):
