@@ -18,6 +18,7 @@ from kbert.backend import default
 
 PRIMITIVES = (
     "dense",
+    "layer_norm",
     "random_int16",
     "random_int16_is_cheap",
     "keep_mask",
@@ -58,6 +59,16 @@ def dense(x, kernel, bias, activation=None, training=False):
     forward and back than autodiff's in bfloat16). PyTorch: `linear`
     (`addmm`)."""
     return _current().dense(x, kernel, bias, activation, training)
+
+
+def layer_norm(x, gamma, beta, epsilon, training=False):
+    """LayerNorm over the last axis, `(x - mean) / sqrt(variance + epsilon)
+    * gamma + beta`, computed in at least float32 and returned in `x`'s
+    dtype, as `keras.ops.layer_normalization`. TensorFlow, in `training`:
+    with its gradient written out (autodiff's through the mean and variance
+    put about 80 ops in a training step's graph per LayerNorm, most of them
+    shape arithmetic; written out, 15)."""
+    return _current().layer_norm(x, gamma, beta, epsilon, training)
 
 
 def random_int16(shape, seed_generator):

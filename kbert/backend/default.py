@@ -15,6 +15,10 @@ def dense(x, kernel, bias, activation=None, training=False):
     return keras.activations.gelu(y, approximate=activation == "gelu_approximate")
 
 
+def layer_norm(x, gamma, beta, epsilon, training=False):
+    return ops.layer_normalization(x, gamma, beta, epsilon=epsilon)
+
+
 def int32_bits_for_int16(shape, seed_generator):
     """Random int32 bits for `random_int16(shape)`: one draw per two elements."""
     return keras.random.randint(

@@ -86,13 +86,49 @@ def dense(x, kernel, bias, activation=None, training=False):
     # off (e.g. on AMD CPUs) the GELU runs as its own ops, and the Erf form
     # (`_normal_cdf`) is the cheaper. The gradient, where one is taken, is
     # written out (`_erf_gelu`).
-    flat = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel), bias)
+    # (A 2-D `x`, as `TransformerEncoder` gives, needs no reshape either way.)
+    rank = x.shape.rank
+    flat = tf.nn.bias_add(tf.matmul(x if rank == 2 else tf.reshape(x, [-1, x.shape[-1]]), kernel), bias)
     if activation == "gelu":
         with tf.name_scope("gelu"):
             flat = _erf_gelu(flat) if training else flat * _normal_cdf(flat)
     elif activation is not None:
         flat = tf.nn.gelu(flat, approximate=True)
+    if rank == 2:
+        return flat
     return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[-1]]], axis=0))
+
+
+def layer_norm(x, gamma, beta, epsilon, training=False):
+    if not training:
+        return default.layer_norm(x, gamma, beta, epsilon)
+    dtype = x.dtype
+    compute = tf.float64 if dtype == tf.float64 else tf.float32
+    gamma, beta = (tf.cast(tf.convert_to_tensor(w), compute) for w in (gamma, beta))
+    return tf.cast(_layer_norm(tf.cast(x, compute), gamma, beta, epsilon), dtype)
+
+
+def _layer_norm(x, gamma, beta, epsilon):
+    rows = list(range(x.shape.rank - 1))
+
+    @_custom_gradient
+    def normalize(x, gamma, beta):
+        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+        centered = x - mean
+        scale = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon)
+        normalized = centered * scale
+
+        def gradient(upstream):
+            with tf.name_scope("layer_norm_gradient"):
+                given = upstream * gamma
+                mean_given = tf.reduce_mean(given, axis=-1, keepdims=True)
+                along = tf.reduce_mean(given * normalized, axis=-1, keepdims=True)
+                return (scale * (given - mean_given - normalized * along),
+                        tf.reduce_sum(upstream * normalized, axis=rows), tf.reduce_sum(upstream, axis=rows))
+
+        return normalized * gamma + beta, gradient
+
+    return normalize(x, gamma, beta)
 
 
 def random_int16(shape, seed_generator):
@@ -100,8 +136,13 @@ def random_int16(shape, seed_generator):
     # `ops.view` checks the last axis' size in Python, which a graph with a
     # dynamic sequence length does not have.
     halves = tf.bitcast(bits, tf.int16)  # [..., half, 2]
-    halves = tf.reshape(halves, tf.concat([tf.shape(bits)[:-1], [-1]], axis=0))
-    return halves[..., : shape[-1]]
+    width = shape[-1]
+    static = isinstance(width, int)
+    if static and len(shape) == 2:  # (TransformerEncoder's flat activations: no ops on shapes)
+        halves = tf.reshape(halves, [-1, width + width % 2])
+    else:
+        halves = tf.reshape(halves, tf.concat([tf.shape(bits)[:-1], [-1]], axis=0))
+    return halves if static and width % 2 == 0 else halves[..., :width]
 
 
 def exact_bfloat16_softmax(with_gradient):

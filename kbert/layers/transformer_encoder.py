@@ -109,18 +109,17 @@ class TransformerEncoder(keras.layers.Layer):
         self.residual_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
-    def _split_heads(self, x):
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
-
-    def _attention(self, x, queries, padding_mask, training, return_attention_scores, sequence_ids=None):
-        q = self._split_heads(self._dense(self.query, queries))
-        k = self._split_heads(self._dense(self.key, x))
-        v = self._split_heads(self._dense(self.value, x))
+    def _attention(self, x, queries, shape, padding_mask, training, return_attention_scores, sequence_ids=None):
+        # `x` and `queries` are flat, `[batch * length, hidden]`; `shape` is
+        # (batch, length of x, length of queries).
+        batch, length, query_length = shape
+        q = ops.reshape(self._dense(self.query, queries), (batch, query_length, self.num_heads, self.head_dim))
+        k = ops.reshape(self._dense(self.key, x), (batch, length, self.num_heads, self.head_dim))
+        v = ops.reshape(self._dense(self.value, x), (batch, length, self.num_heads, self.head_dim))
         mask = None
         if sequence_ids is not None:
             keys = ops.cast(sequence_ids, "int32")
-            mask = ops.equal(keys[:, : ops.shape(queries)[1], None], keys[:, None, :])[:, None]
+            mask = ops.equal(keys[:, :query_length, None], keys[:, None, :])[:, None]
         elif padding_mask is not None:
             mask = ops.cast(padding_mask, "bool")[:, None, None, :]
         dropout_active = training and self.dropout > 0
@@ -150,8 +149,7 @@ class TransformerEncoder(keras.layers.Layer):
             else:
                 probs = self.attention_dropout(probs, training=training)
             context = ops.einsum("bnts,bsnh->btnh", probs, v)
-        batch, length = ops.shape(queries)[0], ops.shape(queries)[1]
-        context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
+        context = ops.reshape(context, (-1, self.num_heads * self.head_dim))
         return self._dense(self.attention_output, context), scores
 
     @staticmethod
@@ -178,6 +176,17 @@ class TransformerEncoder(keras.layers.Layer):
         the neighbouring op (PyTorch, in training, with kbert's own mask)."""
         return bool(training) and backend.fuses_keep_masks() and dropout.draws_its_own_mask()
 
+    @staticmethod
+    def _norm(layer, x, training):
+        """`layer(x)` for one of the block's `LayerNormalization`s, through
+        `kbert.backend.layer_norm` (on TensorFlow in training, its gradient
+        written out)."""
+        if layer.axis != [-1] or layer.rms_scaling or not (layer.center and layer.scale):
+            return layer(x)
+        y = backend.layer_norm(ops.cast(x, layer.compute_dtype), layer.gamma, layer.beta, layer.epsilon,
+                               training=bool(training))
+        return ops.cast(y, layer.compute_dtype)
+
     def _dense(self, layer, x, activation=None, training=False):
         return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype, training=training)
 
@@ -185,14 +194,23 @@ class TransformerEncoder(keras.layers.Layer):
         self, inputs, padding_mask=None, training=None, return_attention_scores=False, first_token_only=False,
         sequence_ids=None,
     ):
-        queries = inputs[:, :1] if first_token_only else inputs
+        # The block runs on `[batch * length, hidden]`: its dense layers,
+        # dropout and LayerNorms need no reshape of their own (on TensorFlow
+        # about a third fewer ops to trace and run); only attention splits
+        # the heads.
+        shape = ops.shape(inputs)
+        batch, length, hidden = shape[0], shape[1], inputs.shape[-1]
+        query_length = 1 if first_token_only else length
+        x = ops.reshape(inputs, (-1, hidden))
+        queries = ops.reshape(inputs[:, :1], (-1, hidden)) if first_token_only else x
         attended, scores = self._attention(
-            inputs, queries, padding_mask, training, return_attention_scores, sequence_ids
+            x, queries, (batch, length, query_length), padding_mask, training, return_attention_scores, sequence_ids
         )
-        x = self.attention_layer_norm(self._residual(queries, attended, training))
+        x = self._norm(self.attention_layer_norm, self._residual(queries, attended, training), training)
         h = self._dense(self.intermediate, x, activation=self.activation, training=training)
         h = self._dense(self.output_dense, h)
-        x = self.output_layer_norm(self._residual(x, h, training))
+        x = self._norm(self.output_layer_norm, self._residual(x, h, training), training)
+        x = ops.reshape(x, (batch, query_length, hidden))
         if return_attention_scores:
             return x, scores
         return x

@@ -91,14 +91,70 @@ def test_dense_in_training_has_the_default_values_and_gradients(dtype):
         np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance * np.abs(b).max())
 
 
+@pytest.mark.parametrize("shape", [(64, 32, 255), (2048, 255), (2048, 256)])  # (2-D: TransformerEncoder's)
 @pytest.mark.parametrize("draw", [backend.random_int16, default.random_int16], ids=["backend", "default"])
-def test_random_int16_sets_each_of_the_16_bits_half_the_time(draw):
+def test_random_int16_sets_each_of_the_16_bits_half_the_time(draw, shape):
     seed = keras.random.SeedGenerator(1)
-    bits = to_numpy(draw((64, 32, 255), seed))  # an odd last axis uses part of the last draw
-    assert bits.shape == (64, 32, 255) and bits.dtype == np.int16
-    frequencies = ((bits.astype(np.int32)[..., None] >> np.arange(16)) & 1).mean(axis=(0, 1, 2))
+    bits = to_numpy(draw(shape, seed))  # an odd last axis uses part of the last draw
+    assert bits.shape == shape and bits.dtype == np.int16
+    frequencies = ((bits.astype(np.int32)[..., None] >> np.arange(16)) & 1).reshape(-1, 16).mean(axis=0)
     np.testing.assert_allclose(frequencies, 0.5, atol=5e-3)  # 522k draws: standard error 7e-4
-    assert (to_numpy(draw((64, 32, 255), seed)) != bits).mean() > 0.99  # a new draw each call
+    assert (to_numpy(draw(shape, seed)) != bits).mean() > 0.99  # a new draw each call
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", [(6, 16), (2, 3, 16)])
+def test_layer_norm_has_the_default_values_and_gradients(shape, dtype, request):
+    # In training (TensorFlow: the gradient written out) and not, against
+    # Keras' LayerNorm, with inputs far from zero mean and unit variance.
+    dtype = native_dtype(dtype, request)
+    x = ops.cast(tensor(shape, 4) * 3 + 2, dtype)
+    gamma, beta = keras.Variable(to_numpy(tensor((16,), 5)) + 1), keras.Variable(to_numpy(tensor((16,), 6)))
+    weights = ops.cast(tensor(shape, 7), "float32")
+
+    def value_and_gradients(norm, training):
+        def loss(x, gamma, beta):
+            y = norm(x, gamma, beta, 1e-12, training=training)
+            assert keras.backend.standardize_dtype(y.dtype) == keras.backend.standardize_dtype(dtype)
+            return ops.sum(ops.cast(y, "float32") * weights), y
+        return gradients_of(loss, x, gamma, beta)
+
+    expected = value_and_gradients(default.layer_norm, False)
+    tolerance = 1e-5 if keras.backend.standardize_dtype(dtype) == "float32" else 2e-2
+    for training in (False, True):
+        for a, b in zip(value_and_gradients(backend.layer_norm, training), expected):
+            np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance * np.abs(b).max())
+
+
+def gradients_of(loss, *args):
+    """`loss(*args)`'s auxiliary output and its gradients with respect to
+    `args` (as float32 arrays), on the current backend, traced as a model's
+    training step is (TensorFlow: in a graph, all but the last dimension
+    unknown)."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        @tf.function(input_signature=[tf.TensorSpec([None] * (len(args[0].shape) - 1) + [args[0].shape[-1]],
+                                                    args[0].dtype)])
+        def run(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                value, aux = loss(x, *args[1:])
+            return [aux, *tape.gradient(value, [x, *args[1:]])]
+        results = run(args[0])
+    elif BACKEND == "jax":
+        import jax
+
+        values = [a.value if isinstance(a, keras.Variable) else a for a in args]
+        (_, aux), grads = jax.value_and_grad(lambda *v: loss(*v), argnums=tuple(range(len(args))), has_aux=True)(*values)
+        results = [aux, *grads]
+    else:
+        import torch
+
+        leaves = [(a.value if isinstance(a, keras.Variable) else a).detach().requires_grad_() for a in args]
+        value, aux = loss(*leaves)
+        results = [aux, *torch.autograd.grad(value, leaves)]
+    return [to_numpy(ops.cast(r, "float32")) for r in results]
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="only PyTorch's random_int16 uses Keras' private seeding")

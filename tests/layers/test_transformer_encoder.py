@@ -137,7 +137,8 @@ def test_residual_dropout_as_one_op_equals_dropout_then_add(monkeypatch):
     layer = built_encoder()
     layer.dropout = layer.residual_dropout.rate = 0.5  # the training path, with residual dropout only
     x = np.random.default_rng(8).normal(size=(2, 5, 16)).astype("float32")
-    mask = (np.random.default_rng(9).random((2, 5, 16)) > 0.5).astype("float32")
+    # (The block's residuals are its flat activations, [batch * length, hidden].)
+    mask = (np.random.default_rng(9).random((2 * 5, 16)) > 0.5).astype("float32")
 
     def output_and_gradient():
         inputs = keras.ops.convert_to_tensor(x).requires_grad_()
