@@ -209,7 +209,18 @@ def test_save_to_preset_round_trips_bit_for_bit(fitted, tmp_path):
     restored = kbert.BertClassifier.from_preset(str(tmp_path))
     assert restored.class_names == ["negative", "positive"]
     assert restored.preprocessor.sequence_length == 32
-    np.testing.assert_array_equal(model.predict(TEXTS[:6], verbose=0), restored.predict(TEXTS[:6], verbose=0))
+    assert len(restored.weights) == len(model.weights)
+    for a, b in zip(restored.weights, model.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+    features = model.preprocessor(TEXTS[:6])
+    np.testing.assert_array_equal(to_numpy(model(features)), to_numpy(restored(features)))
+    # `predict`'s graph depends on the shapes it was traced for (the fitted
+    # model's has seen others, so its shapes are relaxed), and TensorFlow's
+    # graph optimiser (its remapper) fuses some of the encoder's ops only
+    # where they are static: the two predictions are a rounding apart (and
+    # equal bit for bit with the remapper off).
+    np.testing.assert_allclose(model.predict(TEXTS[:6], verbose=0), restored.predict(TEXTS[:6], verbose=0),
+                               rtol=1e-6, atol=1e-8)
     # The backbone alone loads from a task preset too.
     backbone = kbert.BertBackbone.from_preset(str(tmp_path))
     for a, b in zip(backbone.weights, model.backbone.weights):
