@@ -65,9 +65,9 @@ def layer_norm(x, gamma, beta, epsilon, training=False):
     """LayerNorm over the last axis, `(x - mean) / sqrt(variance + epsilon)
     * gamma + beta`, computed in at least float32 and returned in `x`'s
     dtype, as `keras.ops.layer_normalization`. TensorFlow, in `training`:
-    with its gradient written out (autodiff's through the mean and variance
-    put about 80 ops in a training step's graph per LayerNorm, most of them
-    shape arithmetic; written out, 15)."""
+    with its gradient written out (in MiniLM's traced training step, 68 ops
+    fewer per LayerNorm than autodiff's through the mean and variance, most
+    of those shape arithmetic)."""
     return _current().layer_norm(x, gamma, beta, epsilon, training)
 
 
