@@ -146,7 +146,7 @@ def gradients_of(loss, *args):
         import jax
 
         values = [a.value if isinstance(a, keras.Variable) else a for a in args]
-        (_, aux), grads = jax.value_and_grad(lambda *v: loss(*v), argnums=tuple(range(len(args))), has_aux=True)(*values)
+        (_, aux), grads = jax.value_and_grad(loss, argnums=tuple(range(len(args))), has_aux=True)(*values)
         results = [aux, *grads]
     else:
         import torch
