@@ -180,12 +180,11 @@ class TransformerEncoder(keras.layers.Layer):
     def _norm(layer, x, training):
         """`layer(x)` for one of the block's `LayerNormalization`s, through
         `kbert.backend.layer_norm` (on TensorFlow in training, its gradient
-        written out)."""
+        written out). The result is in `layer.compute_dtype`, as the layer's."""
         if layer.axis != [-1] or layer.rms_scaling or not (layer.center and layer.scale):
             return layer(x)
-        y = backend.layer_norm(ops.cast(x, layer.compute_dtype), layer.gamma, layer.beta, layer.epsilon,
-                               training=bool(training))
-        return ops.cast(y, layer.compute_dtype)
+        return backend.layer_norm(ops.cast(x, layer.compute_dtype), layer.gamma, layer.beta, layer.epsilon,
+                                  training=bool(training))
 
     def _dense(self, layer, x, activation=None, training=False):
         return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype, training=training)

@@ -134,12 +134,12 @@ def embedder_twice(distributed_scope):
         embedder.compile(optimizer=keras.optimizers.SGD(0.5))
         return embedder
 
+    runs = []  # mini-batches a replica runs at most, per fit (0: no GradCache)
+
     def fit(embedder, **kwargs):
         history = embedder.fit((questions, passages), batch_size=8, epochs=2, seed=0, verbose=0, **kwargs)
         runs.append(getattr(history.model, "max_chunks", 0))
         return embedder.get_weights(), history.history["loss"]
-
-    runs = []  # mini-batches a replica runs at most (0: no GradCache)
 
     initial = build().get_weights()
     single, single_loss = fit(build())
