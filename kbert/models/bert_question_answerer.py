@@ -14,7 +14,7 @@ from kbert.models.task import Task
 from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
 from kbert.text import question_answering as qa
-from kbert.text.pipeline import map_batches, text_tensor
+from kbert.text.pipeline import map_batches, text_tensor, without_autotune
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -173,7 +173,7 @@ class BertQuestionAnswerer(Task):
         if shuffle:
             dataset = dataset.shuffle(4 * batch_size, reshuffle_each_iteration=True)
         dataset = dataset.batch(batch_size).apply(tf.data.experimental.assert_cardinality(-(-int(count) // batch_size)))
-        return dataset.prefetch(tf.data.AUTOTUNE)
+        return without_autotune(dataset.prefetch(tf.data.AUTOTUNE))
 
     def _answering(self, pairs=False, top_k=5):
         def preprocess(question, context):

@@ -13,7 +13,7 @@ from kbert.models.task_answers import serving_text
 from kbert.presets import files
 from kbert.presets import sentence_transformers as st
 from kbert.text import BertPreprocessor, BertTokenizer
-from kbert.text.pipeline import map_batches, text_tensor
+from kbert.text.pipeline import map_batches, text_tensor, without_autotune
 from kbert.training.contrastive import (
     CoSENTLoss,
     MultipleNegativesRankingLoss,
@@ -354,7 +354,7 @@ class BertTextEmbedder(Task):
         def gather(batch):
             return tuple(self._features(preprocessor, tf.gather(c, batch)) for c in columns), tf.gather(y, batch)
 
-        return map_batches(tf.data.Dataset.from_tensor_slices(rows), gather)
+        return without_autotune(map_batches(tf.data.Dataset.from_tensor_slices(rows), gather))
 
     def _training_model(self, num_columns):
         """A model of this embedder's weights that embeds each column of a

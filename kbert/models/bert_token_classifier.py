@@ -6,7 +6,7 @@ import tensorflow as tf
 from kbert.models.bert_classifier import BertClassifier
 from kbert.models.task_answers import serving_text
 from kbert.text import token_classification as tc
-from kbert.text.pipeline import map_batches
+from kbert.text.pipeline import map_batches, without_autotune
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -80,7 +80,7 @@ class BertTokenClassifier(BertClassifier):
         if shuffle:
             dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
         dataset = dataset.batch(batch_size or 32)
-        return map_batches(dataset, self._traced_preprocess())
+        return without_autotune(map_batches(dataset, self._traced_preprocess()))
 
     def _raw_slices(self, x, y=None, sample_weight=None):
         """`(words[, tag ids][, sample weights])`: words a ragged

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.text.pipeline import map_batches, text_tensor
+from kbert.text.pipeline import map_batches, text_tensor, without_autotune
 
 
 class RawTextInput:
@@ -37,19 +37,17 @@ class RawTextInput:
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         """A batched, preprocessed `tf.data.Dataset` from raw text input."""
         if isinstance(x, tf.data.Dataset):
-            dataset = x
-        else:
-            parts = self._raw_slices(x, y, sample_weight)
-            dataset = tf.data.Dataset.from_tensor_slices(parts)
-            if shuffle:
-                dataset = self._shuffled_batches(dataset, parts[0], batch_size or 32)
-            else:
-                dataset = dataset.batch(batch_size or 32)
-        spec = dataset.element_spec
-        if isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec):
+            spec = x.element_spec
             # A dataset of unlabeled pairs yields (texts_a, texts_b).
-            return map_batches(dataset, self._traced_preprocess(pairs=True))
-        return map_batches(dataset, self._traced_preprocess())
+            pairs = isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec)
+            return map_batches(x, self._traced_preprocess(pairs=pairs))
+        parts = self._raw_slices(x, y, sample_weight)
+        dataset = tf.data.Dataset.from_tensor_slices(parts)
+        if shuffle:
+            dataset = self._shuffled_batches(dataset, parts[0], batch_size or 32)
+        else:
+            dataset = dataset.batch(batch_size or 32)
+        return without_autotune(map_batches(dataset, self._traced_preprocess()))
 
     # Whether `_traced_preprocess` may trace once per model (see `_traced`).
     _preprocess_traced_once = True

@@ -1,6 +1,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 import torch
 import transformers
 
@@ -114,6 +115,21 @@ def test_fit_batches_hold_similar_lengths_padded_to_their_longest_or_a_bucket(mi
     # share a batch with the 6 longest of their group more than once.
     spreads = [np.ptp(f["padding_mask"].numpy().sum(1)) for f, _ in batches]
     assert np.mean(spreads) < 12
+
+
+def test_pipelines_over_text_in_memory_run_without_autotuning(minilm_dir):
+    # Deleting a tf.data iterator waits for its autotuning thread, which
+    # wakes at periods that grow to seconds: a fit on text in memory stalled
+    # 5-9 s at its end in about one run of three. kbert's own pipelines turn
+    # autotuning off; a user's dataset keeps its options.
+    model = tiny_classifier(minilm_dir)
+    for shuffle in (True, False):
+        dataset = model._dataset(MIXED_LENGTHS, [0, 1] * 6, batch_size=3, shuffle=shuffle)
+        assert dataset.options().autotune.enabled is False
+    users = tf.data.Dataset.from_tensor_slices((MIXED_LENGTHS, [0, 1] * 6)).batch(3)
+    assert model._dataset(users).options().autotune.enabled is not False
+    # The pipeline still yields every example.
+    assert sum(len(labels) for _, labels in model._dataset(MIXED_LENGTHS, [0, 1] * 6, batch_size=5)) == 12
 
 
 def test_predict_and_evaluate_sorted_by_length_give_the_input_order(minilm_dir):

@@ -162,6 +162,8 @@ def test_fit_on_raw_squad_examples_lowers_the_loss(preprocessor):
     model.compile(optimizer=keras.optimizers.Adam(3e-3))
     history = model.fit(x, y, batch_size=16, epochs=2, verbose=0).history
     assert history["loss"][1] < history["loss"][0]
+    # The windows' pipeline runs without tf.data's autotuning (see the classifier's test).
+    assert model._dataset(x, y, batch_size=16).options().autotune.enabled is False
 
 
 def test_answer_gives_a_span_of_the_original_context(preprocessor):

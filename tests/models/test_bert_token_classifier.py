@@ -140,6 +140,10 @@ def test_a_dataset_of_words_and_tag_ids_is_packed_like_lists(preprocessor):
     np.testing.assert_array_equal(features["token_ids"], expected_features["token_ids"])
     np.testing.assert_array_equal(labels, expected_labels)
     np.testing.assert_array_equal(weights, expected_weights)
+    # kbert's own pipeline runs without tf.data's autotuning (see the
+    # classifier's test); the user's keeps its options.
+    assert model._dataset(sentences, tags).options().autotune.enabled is False
+    assert model._dataset(dataset).options().autotune.enabled is not False
 
 
 def outputs_everywhere(model, tag):
