@@ -168,12 +168,12 @@ class BertQuestionAnswerer(Task):
         batch_size = batch_size or 32
         # Examples in, batches of `batch_size` windows out, as many as the
         # contexts need (counted once, so that fit knows its steps).
-        dataset = map_batches(dataset.batch(batch_size), self._traced_preprocess()).unbatch()
+        dataset = without_autotune(map_batches(dataset.batch(batch_size), self._traced_preprocess())).unbatch()
         count = dataset.reduce(np.int64(0), lambda n, _: n + 1)
         if shuffle:
             dataset = dataset.shuffle(4 * batch_size, reshuffle_each_iteration=True)
         dataset = dataset.batch(batch_size).apply(tf.data.experimental.assert_cardinality(-(-int(count) // batch_size)))
-        return without_autotune(dataset.prefetch(tf.data.AUTOTUNE))
+        return dataset.prefetch(tf.data.AUTOTUNE)
 
     def _answering(self, pairs=False, top_k=5):
         def preprocess(question, context):
