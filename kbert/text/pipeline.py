@@ -125,7 +125,7 @@ def without_autotune(dataset):
     Deleting an iterator waits for its autotuning thread, which wakes at
     periods that grow to seconds. Keras deletes one at the end of each `fit`
     (and makes the next epoch's after the last step), so a `fit` on MR's
-    3,000 sentences stalled 5-9 s at its end in about one run of three."""
+    3,000 sentences stalled 5-9 s at its end in 6 runs of 15."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)

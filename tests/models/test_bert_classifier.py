@@ -120,7 +120,7 @@ def test_fit_batches_hold_similar_lengths_padded_to_their_longest_or_a_bucket(mi
 def test_pipelines_over_text_in_memory_run_without_autotuning(minilm_dir):
     # Deleting a tf.data iterator waits for its autotuning thread, which
     # wakes at periods that grow to seconds: a fit on text in memory stalled
-    # 5-9 s at its end in about one run of three. kbert's own pipelines turn
+    # 5-9 s at its end in 6 runs of 15. kbert's own pipelines turn
     # autotuning off; a user's dataset keeps its options.
     model = tiny_classifier(minilm_dir)
     for shuffle in (True, False):
