@@ -2,6 +2,7 @@
 primitives whose fastest form differs by backend (TensorFlow, JAX, PyTorch)."""
 
 from kbert.layers.dropout import Dropout
+from kbert.layers.layer_norm import LayerNorm
 from kbert.layers.masked_lm_head import MaskedLMHead
 from kbert.layers.position_embedding import PositionEmbedding
 from kbert.layers.transformer_encoder import TransformerEncoder

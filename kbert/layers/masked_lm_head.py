@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from kbert.layers.gelu import check_gelu, gelu
+from kbert.layers.layer_norm import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -70,7 +71,7 @@ class MaskedLMHead(keras.layers.Layer):
             hidden_dim, kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="transform"
         )
         self.transform.build((None, None, hidden_dim))
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
         self.layer_norm.build((None, None, hidden_dim))
@@ -83,11 +84,11 @@ class MaskedLMHead(keras.layers.Layer):
         self.bias = self.add_weight(name="bias", shape=(self.vocabulary_size,), initializer="zeros")
         self.built = True
 
-    def call(self, inputs, mask_positions):
+    def call(self, inputs, mask_positions, training=None):
         mask_positions = ops.cast(mask_positions, "int32")
         x = ops.take_along_axis(inputs, mask_positions[:, :, None], axis=1)
         x = gelu(self.transform(x), self.activation)
-        x = self.layer_norm(x)
+        x = self.layer_norm(x, training=training)
         table = self.output_embeddings if self.token_embedding is None else self.token_embedding.embeddings
         embeddings = ops.cast(table, x.dtype)
         logits = ops.matmul(x, ops.transpose(embeddings))

@@ -5,6 +5,7 @@ from kbert import backend
 from kbert.layers.dropout import Dropout
 from kbert.layers.fused_dense import fused_dense
 from kbert.layers.gelu import check_gelu
+from kbert.layers.layer_norm import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -91,7 +92,7 @@ class TransformerEncoder(keras.layers.Layer):
             return layer
 
         def layer_norm(name):
-            layer = keras.layers.LayerNormalization(
+            layer = LayerNorm(
                 epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
             )
             layer.build((None, None, hidden_dim))
@@ -176,16 +177,6 @@ class TransformerEncoder(keras.layers.Layer):
         the neighbouring op (PyTorch, in training, with kbert's own mask)."""
         return bool(training) and backend.fuses_keep_masks() and dropout.draws_its_own_mask()
 
-    @staticmethod
-    def _norm(layer, x, training):
-        """`layer(x)` for one of the block's `LayerNormalization`s, through
-        `kbert.backend.layer_norm` (on TensorFlow in training, its gradient
-        written out). The result is in `layer.compute_dtype`, as the layer's."""
-        if layer.axis != [-1] or layer.rms_scaling or not (layer.center and layer.scale):
-            return layer(x)
-        return backend.layer_norm(ops.cast(x, layer.compute_dtype), layer.gamma, layer.beta, layer.epsilon,
-                                  training=bool(training))
-
     def _dense(self, layer, x, activation=None, training=False):
         return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype, training=training)
 
@@ -205,10 +196,10 @@ class TransformerEncoder(keras.layers.Layer):
         attended, scores = self._attention(
             x, queries, (batch, length, query_length), padding_mask, training, return_attention_scores, sequence_ids
         )
-        x = self._norm(self.attention_layer_norm, self._residual(queries, attended, training), training)
+        x = self.attention_layer_norm(self._residual(queries, attended, training), training=training)
         h = self._dense(self.intermediate, x, activation=self.activation, training=training)
         h = self._dense(self.output_dense, h)
-        x = self._norm(self.output_layer_norm, self._residual(x, h, training), training)
+        x = self.output_layer_norm(self._residual(x, h, training), training=training)
         x = ops.reshape(x, (batch, query_length, hidden))
         if return_attention_scores:
             return x, scores

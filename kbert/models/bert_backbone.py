@@ -1,6 +1,6 @@
 import keras
 
-from kbert.layers import Dropout, PositionEmbedding, TransformerEncoder
+from kbert.layers import Dropout, LayerNorm, PositionEmbedding, TransformerEncoder
 from kbert.presets import loading
 from kbert.training.precision import resolve_dtype
 
@@ -98,7 +98,7 @@ class BertBackbone(keras.Model):
         position_embedding = PositionEmbedding(
             max_sequence_length, initializer=bert_initializer(), dtype=dtype, name="position_embedding",
         )
-        embeddings_layer_norm = keras.layers.LayerNormalization(
+        embeddings_layer_norm = LayerNorm(
             epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
         )
         embeddings_dropout = Dropout(dropout, dtype=dtype, name="embeddings_dropout")
