@@ -29,11 +29,6 @@ from example_data import minilm_folder  # noqa: E402
 SEQUENCE_LENGTH, BATCH = 128, 8
 
 
-def cross_entropy(logits, labels):
-    logits = logits - logits.max(-1, keepdims=True)
-    return np.mean(np.log(np.exp(logits).sum(-1)) - logits[np.arange(len(labels)), labels])
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=150, help="training-mode forward passes per side")
@@ -66,23 +61,24 @@ def main():
                 "padding_mask": encoded["attention_mask"].astype("int32")}
     torch_inputs = {"input_ids": torch.tensor(encoded["input_ids"]),
                     "token_type_ids": torch.tensor(encoded["token_type_ids"]),
-                    "attention_mask": torch.tensor(encoded["attention_mask"])}
+                    "attention_mask": torch.tensor(encoded["attention_mask"]),
+                    "start_positions": torch.tensor(starts), "end_positions": torch.tensor(ends)}
+    # The loss transformers' BertForQuestionAnswering takes: the mean of the
+    # start and end positions' cross-entropies.
+    cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def kbert_loss(training):
         outputs = model(features, training=training)
-        start, end = (keras.ops.convert_to_numpy(outputs[k]).astype("float64") for k in ("start_logits", "end_logits"))
-        return (cross_entropy(start, starts) + cross_entropy(end, ends)) / 2
+        return (cross_entropy(starts, outputs["start_logits"]) + cross_entropy(ends, outputs["end_logits"])) / 2
 
     def reference_loss(training):
         reference.train(training)
-        with torch.no_grad():
-            outputs = reference(**torch_inputs)
-        return (cross_entropy(outputs.start_logits.double().numpy(), starts)
-                + cross_entropy(outputs.end_logits.double().numpy(), ends)) / 2
+        return reference(**torch_inputs).loss
 
-    print(f"dropout off: kbert {kbert_loss(False):.6f}, transformers {reference_loss(False):.6f}")
-    ours = np.array([kbert_loss(True) for _ in range(args.draws)])
-    theirs = np.array([reference_loss(True) for _ in range(args.draws)])
+    with torch.no_grad():
+        print(f"dropout off: kbert {float(kbert_loss(False)):.6f}, transformers {float(reference_loss(False)):.6f}")
+        ours = np.array([float(kbert_loss(True)) for _ in range(args.draws)])
+        theirs = np.array([float(reference_loss(True)) for _ in range(args.draws)])
     n = args.draws
     print(f"dropout on, mean loss over {n} draws: kbert {ours.mean():.4f} ± {ours.std() / n**0.5:.4f} "
           f"(sd {ours.std():.4f}), transformers {theirs.mean():.4f} ± {theirs.std() / n**0.5:.4f} (sd {theirs.std():.4f})")
@@ -92,19 +88,13 @@ def main():
     weights = {w.path: w for w in model.trainable_weights}
     query = weights["transformer_layer_0/query/kernel"]
     head = next(w for path, w in weights.items() if path.endswith("kernel") and path.startswith("span_logits"))
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def kbert_gradients():
-        def value():
-            outputs = model(features, training=True)
-            return (loss(starts, outputs["start_logits"]) + loss(ends, outputs["end_logits"])) / 2
-        return [keras.ops.convert_to_numpy(g) for g in _gradients(value, [query, head])]
-
-    reference.train(True)
+        return [keras.ops.convert_to_numpy(g) for g in _gradients(lambda: kbert_loss(True), [query, head])]
 
     def reference_gradients():
         reference.zero_grad()
-        reference(**torch_inputs, start_positions=torch.tensor(starts), end_positions=torch.tensor(ends)).loss.backward()
+        reference_loss(True).backward()
         return [reference.bert.encoder.layer[0].attention.self.query.weight.grad.numpy().T.copy(),
                 reference.qa_outputs.weight.grad.numpy().T.copy()]
 
