@@ -162,17 +162,20 @@ class BertQuestionAnswerer(Task):
                 {"start_logits": weights, "end_logits": weights})
 
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
-        dataset = tf.data.Dataset.from_tensor_slices(self._raw_slices(x, y, sample_weight))
-        if shuffle:
-            dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
         batch_size = batch_size or 32
-        # Examples in, batches of `batch_size` windows out, as many as the
-        # contexts need (counted once, so that fit knows its steps).
-        dataset = without_autotune(map_batches(dataset.batch(batch_size), self._traced_preprocess())).unbatch()
-        count = dataset.reduce(np.int64(0), lambda n, _: n + 1)
+        # Examples in, windows out (more rows than examples), counted once so
+        # that fit knows its steps.
+        examples = tf.data.Dataset.from_tensor_slices(self._raw_slices(x, y, sample_weight)).batch(batch_size)
+        windows = without_autotune(map_batches(examples, self._traced_preprocess())).unbatch()
         if shuffle:
-            dataset = dataset.shuffle(4 * batch_size, reshuffle_each_iteration=True)
-        dataset = dataset.batch(batch_size).apply(tf.data.experimental.assert_cardinality(-(-int(count) // batch_size)))
+            # Made once (the count fills the cache) and shuffled all together
+            # each epoch, as transformers' run_qa shuffles its features: the
+            # windows of one context then land in different batches.
+            windows = windows.cache()
+        count = int(windows.reduce(np.int64(0), lambda n, _: n + 1))
+        if shuffle:
+            windows = windows.shuffle(max(count, 1), reshuffle_each_iteration=True)
+        dataset = windows.batch(batch_size).apply(tf.data.experimental.assert_cardinality(-(-count // batch_size)))
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def _answering(self, pairs=False, top_k=5):

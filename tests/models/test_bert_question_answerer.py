@@ -166,6 +166,37 @@ def test_fit_on_raw_squad_examples_lowers_the_loss(preprocessor):
     assert model._dataset(x, y, batch_size=16).options().autotune.enabled is False
 
 
+def test_fit_shuffles_all_windows_together_each_epoch(preprocessor):
+    # As transformers' run_qa shuffles its features: a question's windows
+    # spread over the epoch, not in neighbouring batches.
+    examples = read_squad(30)
+    x = ([q for q, _, _ in examples], [c for _, c, _ in examples])
+    y = [a[0] for _, _, a in examples]
+    model = tiny_answerer(preprocessor, stride=24)
+    keras.utils.set_random_seed(0)
+
+    def windows(dataset):
+        # Each window as its token ids, and the question it belongs to (the
+        # tokens between [CLS] and the first [SEP]).
+        rows = [tuple(ids) for x, _, _ in dataset for ids in x["token_ids"].numpy().tolist()]
+        return rows, [row[1:row.index(102)] for row in rows]
+
+    in_order, in_order_questions = windows(model._dataset(x, y, batch_size=2))
+    dataset = model._dataset(x, y, batch_size=2, shuffle=True)
+    first, questions = windows(dataset)
+    second, _ = windows(dataset)
+    assert sorted(first) == sorted(in_order) == sorted(second) and first != second
+    positions = {}
+    for i, question in enumerate(questions):
+        positions.setdefault(question, []).append(i)
+    spreads = [max(p) - min(p) for p in positions.values() if len(p) > 1]
+    counts = [in_order_questions.count(q) for q in positions]
+    assert len(spreads) >= 10 and max(counts) >= 3
+    # Uniformly shuffled, k windows of n span (k - 1) / (k + 1) * n on average
+    # (n / 3 for k = 2); a buffer of a few batches keeps them within it.
+    assert np.mean(spreads) > len(first) / 4
+
+
 def test_answer_gives_a_span_of_the_original_context(preprocessor):
     model = tiny_answerer(preprocessor, max_answer_length=5)
     examples = read_squad(6)
