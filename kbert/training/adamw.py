@@ -49,9 +49,10 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     (`kbert.backend.adamw_step`: what `torch.optim.AdamW(fused=True)` runs);
     on TensorFlow one `ResourceApplyAdam` op per weight (`kbert.backend.
     adam_update`, also under a `tf.distribute` strategy other than a TPU's),
-    with the decay, the rate and the step's powers computed once per step,
-    not once per weight: MiniLM's traced update has 1,438 ops instead of
-    7,049 and traces in 0.8 s instead of 5.4 s. JAX keeps Keras' update,
+    with the decay, the rate, the betas and the step's powers computed once
+    per step, not once per weight: MiniLM's traced update has 1,438 ops
+    instead of 7,049 and traces in 0.8 s instead of 5.4 s (12 ops a decayed
+    weight, clipping included). JAX keeps Keras' update,
     which XLA fuses.
 
     Keras' PyTorch update makes about a dozen passes over every weight and its
@@ -91,17 +92,18 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
 
     def update_step(self, gradient, variable, learning_rate):
         ops = keras.ops
+        scalars = self._step_scalars(learning_rate, variable.dtype)
         if self._decays_in_update_step() and self.weight_decay and self._use_weight_decay(variable):
             # As Keras' pass does it, at the rate Keras gives this step.
-            self.assign_sub(variable, variable * ops.cast(self.weight_decay, variable.dtype)
-                            * ops.cast(learning_rate, variable.dtype))
+            self.assign_sub(variable, variable * scalars["decay"])
         if self.amsgrad:
             return super().update_step(gradient, variable, learning_rate)
-        lr, beta_1_power, beta_2_power, epsilon = self._step_scalars(learning_rate, variable.dtype)
+        lr, beta_1_power, beta_2_power, epsilon = (scalars[k] for k in ("lr", "beta_1_power", "beta_2_power",
+                                                                         "epsilon"))
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
-        if backend.adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, lr, self.beta_1, self.beta_2,
-                               epsilon):
+        if backend.adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, lr, scalars["beta_1"],
+                               scalars["beta_2"], epsilon):
             return  # TensorFlow: one op
         if not self.bias_corrected_epsilon:
             return super().update_step(gradient, variable, learning_rate)
@@ -113,11 +115,13 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
         self.assign_sub(variable, ops.divide(ops.multiply(m, alpha), ops.add(ops.sqrt(v), epsilon)))
 
     def _step_scalars(self, learning_rate, dtype):
-        """This step's rate, `beta_1 ** t`, `beta_2 ** t` and Keras' epsilon,
-        in `dtype`. On TensorFlow computed once per step and dtype, not once
-        per variable: Keras gives every variable's `update_step` the same
-        `learning_rate` tensor, which keys the cache (and is held by it, so
-        its id is not reused)."""
+        """This step's rate, `beta_1 ** t`, `beta_2 ** t`, Keras' epsilon,
+        the betas and the decay's factor (rate times weight decay), in
+        `dtype`. On TensorFlow computed once per step and dtype, not once per
+        variable (each a constant or an op of every variable's update, which
+        the first `fit` traces and optimises): Keras gives every variable's
+        `update_step` the same `learning_rate` tensor, which keys the cache
+        (and is held by it, so its id is not reused)."""
         dtype = keras.backend.standardize_dtype(dtype)
         cached = getattr(self, "_scalars_of_step", None)
         if cached is not None and cached[0] is learning_rate and cached[1] == dtype:
@@ -125,8 +129,11 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
         ops = keras.ops
         local_step = ops.cast(self.iterations + 1, dtype)
         beta_2_power = ops.power(ops.cast(self.beta_2, dtype), local_step)
-        scalars = (ops.cast(learning_rate, dtype), ops.power(ops.cast(self.beta_1, dtype), local_step), beta_2_power,
-                   self._keras_epsilon(beta_2_power))
+        lr = ops.cast(learning_rate, dtype)
+        scalars = {"lr": lr, "beta_1_power": ops.power(ops.cast(self.beta_1, dtype), local_step),
+                   "beta_2_power": beta_2_power, "epsilon": self._keras_epsilon(beta_2_power),
+                   "beta_1": ops.cast(self.beta_1, dtype), "beta_2": ops.cast(self.beta_2, dtype),
+                   "decay": lr * ops.cast(self.weight_decay or 0.0, dtype)}
         if keras.backend.backend() == "tensorflow":
             self._scalars_of_step = (learning_rate, dtype, scalars)
         return scalars
