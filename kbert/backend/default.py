@@ -81,6 +81,13 @@ def rows_once(gradient):
     return gradient  # dense gradients: nothing repeats
 
 
+def clip_by_global_norm(grads, clip_norm):
+    # Keras' formula (`keras.optimizers` with `global_clipnorm`).
+    norm = ops.sqrt(ops.sum(ops.stack([ops.sum(ops.square(g)) for g in grads if g is not None])))
+    scale = clip_norm * ops.minimum(1.0 / norm, 1.0 / clip_norm) + (norm - norm)  # NaN if not finite
+    return [None if g is None else g * scale for g in grads]
+
+
 def gather_replicas(x):
     return x  # the batch is already the whole one
 

@@ -28,6 +28,8 @@ class GlobalBatchGradients:
             # the batch. Summed first, the norm is of the global batch's
             # gradient, as on one device.
             grads = backend.sum_replicas(grads)
+        if self.global_clipnorm and self.global_clipnorm > 0 and not self.clipnorm:
+            return backend.clip_by_global_norm(grads, self.global_clipnorm)
         return super()._clip_gradients(grads)
 
     def _sums_replicas_before_clipping(self):

@@ -222,6 +222,28 @@ def test_adamw_step_equals_the_default_and_keras_adamw(weight_decay):
         np.testing.assert_allclose(a, to_numpy(b), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("clip_norm", [1.0, 3.0, 0.7])
+@pytest.mark.parametrize("size", [1e-3, 1.0, 10.0])
+def test_clip_by_global_norm_scales_as_keras_global_clipnorm(size, clip_norm):
+    grads = [tensor((30, 4), 1) * size, None, tensor((7,), 2) * size]
+    values = [to_numpy(g) for g in grads if g is not None]
+    norm = np.sqrt(sum(np.sum(np.square(v.astype("float64"))) for v in values))
+    for clip in (backend.clip_by_global_norm, default.clip_by_global_norm):
+        clipped = clip(grads, clip_norm)
+        assert clipped[1] is None
+        for value, ours in zip(values, (clipped[0], clipped[2])):
+            if norm <= clip_norm * (1 - 1e-6):  # within the norm: untouched, to the bit
+                np.testing.assert_array_equal(to_numpy(ours), value)
+            else:
+                np.testing.assert_allclose(to_numpy(ours), value * (clip_norm / norm), rtol=2e-6)
+
+
+def test_clip_by_global_norm_of_a_non_finite_gradient_is_nan_as_keras():
+    grads = [ops.convert_to_tensor(np.array([np.inf, 0.0], "float32")), tensor((3,), 3)]
+    for clipped in backend.clip_by_global_norm(grads, 1.0):
+        assert np.isnan(to_numpy(clipped)).all()
+
+
 @pytest.mark.skipif(BACKEND != "torch", reason="only PyTorch has a fused AdamW kernel")
 def test_without_the_fused_kernel_adamw_is_not_fused_and_steps_as_the_default(monkeypatch):
     monkeypatch.setattr(importlib.import_module("kbert.backend.torch"), "_FUSED_ADAMW", False)
