@@ -31,7 +31,6 @@ PRIMITIVES = (
     "adam_update",
     "rows_once",
     "clip_by_global_norm",
-    "lightly_optimized",
     "gather_replicas",
     "sum_replicas",
     "remat_in_turn",
@@ -168,14 +167,6 @@ def clip_by_global_norm(grads, clip_norm):
     norm is at most `clip_norm`): MiniLM's step then reads its 22.7M
     gradients once or twice instead of three or four times."""
     return _current().clip_by_global_norm(grads, clip_norm)
-
-
-def lightly_optimized(function):
-    """`function` (a Keras train, test or predict function), called with
-    TensorFlow's graph optimiser (Grappler) limited to the passes that make
-    its steps faster on a CPU: its first call, which traces and optimises
-    the step's graph, takes less time. `function` itself elsewhere."""
-    return _current().lightly_optimized(function)
 
 
 def gather_replicas(x):

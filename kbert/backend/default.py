@@ -88,10 +88,6 @@ def clip_by_global_norm(grads, clip_norm):
     return [None if g is None else g * scale for g in grads]
 
 
-def lightly_optimized(function):
-    return function  # nothing to configure
-
-
 def gather_replicas(x):
     return x  # the batch is already the whole one
 

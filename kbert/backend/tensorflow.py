@@ -5,8 +5,6 @@ import math
 
 import keras
 import tensorflow as tf
-from tensorflow.core.protobuf import config_pb2 as _config_pb2
-from tensorflow.python.eager import context as _eager_context
 from tensorflow.python.framework import ops as tf_ops
 
 from kbert.backend import default
@@ -219,51 +217,6 @@ def clip_by_global_norm(grads, clip_norm):
     scaled = tf.cond(tf.equal(scale, 1.0), lambda: present, lambda: [g * tf.cast(scale, g.dtype) for g in present])
     scaled = iter(scaled)
     return [None if g is None else next(scaled) for g in grads]
-
-
-def lightly_optimized(function):
-    config = _light_rewrites()
-    if config is None:
-        return function
-
-    @functools.wraps(function)
-    def call(*args, **kwargs):
-        ctx = _eager_context.context()
-        before = ctx.function_call_options
-        ctx.function_call_options = _eager_context.FunctionCallOptions(before.executor_type, config(before))
-        try:
-            return function(*args, **kwargs)
-        finally:
-            ctx.function_call_options = before
-
-    return call
-
-
-def _light_rewrites():
-    """What makes a call's options those of `lightly_optimized`, or None
-    where they stay: on a TPU or GPU (whose graphs gain from Grappler's
-    layout and fusion passes), or where TensorFlow's private API for them
-    is missing."""
-    if not (hasattr(_eager_context, "FunctionCallOptions") and hasattr(_eager_context.context(), "function_call_options")):
-        return None
-    if tf.config.list_logical_devices("TPU") or tf.config.list_logical_devices("GPU"):
-        return None
-    import os
-    import json
-    wanted = json.loads(os.environ.get("KBERT_REWRITES", '{}'))
-
-    @functools.cache
-    def config(serialized):
-        proto = _config_pb2.ConfigProto.FromString(serialized)
-        rewrites = proto.graph_options.rewrite_options
-        for key, value in wanted.items():
-            if key == "optimizers":
-                rewrites.optimizers[:] = value
-            else:
-                setattr(rewrites, key, value)
-        return proto
-
-    return lambda options: config(options.config_proto_serialized)
 
 
 def gather_replicas(x):

@@ -8,7 +8,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert import backend
 from kbert.models.task_answers import Answering
 from kbert.models.task_inputs import RawTextInput
 from kbert.models.task_presets import TaskPresets
@@ -166,13 +165,6 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
                                                          floor=floor)
         # Compiled train steps hold the previous schedule: trace them anew.
         self.train_function = None
-
-    def make_train_function(self, force=False):
-        made = self.train_function is None or force
-        super().make_train_function(force)
-        if made and self.train_function is not None:
-            self.train_function = backend.lightly_optimized(self.train_function)
-        return self.train_function
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, validation_data=None,
             shuffle=True, steps_per_epoch=None, **kwargs):
