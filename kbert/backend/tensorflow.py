@@ -214,8 +214,8 @@ def clip_by_global_norm(grads, clip_norm):
     present = [g for g in grads if g is not None]
     norm = tf.sqrt(2 * tf.add_n([tf.cast(tf.nn.l2_loss(g), tf.float32) for g in present]))  # l2_loss: sum(g**2) / 2
     scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm) + (norm - norm)  # NaN if not finite
-    scaled = tf.cond(tf.equal(scale, 1.0), lambda: present, lambda: [g * tf.cast(scale, g.dtype) for g in present])
-    scaled = iter(scaled)
+    scaled = iter(tf.cond(tf.equal(scale, 1.0), lambda: present,
+                          lambda: [g * tf.cast(scale, g.dtype) for g in present]))
     return [None if g is None else next(scaled) for g in grads]
 
 
