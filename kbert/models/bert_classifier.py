@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from kbert.layers import Dropout
-from kbert.models.bert_backbone import bert_initializer
+from kbert.models.bert_backbone import head_initializer
 from kbert.models.task import Task
 from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
@@ -54,7 +54,7 @@ class BertClassifier(Task):
             features = backbone(inputs)[self.classified_output]
         x = Dropout(backbone.dropout if dropout is None else dropout, name="classifier_dropout")(features)
         logits = keras.layers.Dense(
-            num_classes, kernel_initializer=bert_initializer(), dtype="float32", name="logits"
+            num_classes, kernel_initializer=head_initializer(), dtype="float32", name="logits"
         )(x)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._finish_init(backbone, preprocessor)

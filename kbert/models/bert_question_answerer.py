@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.models.bert_backbone import bert_initializer
+from kbert.models.bert_backbone import head_initializer
 from kbert.models.task import Task
 from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
@@ -68,7 +68,7 @@ class BertQuestionAnswerer(Task):
         inputs = backbone.input
         sequence_output = backbone(inputs)["sequence_output"]
         span_logits = keras.layers.Dense(
-            2, kernel_initializer=bert_initializer(), dtype="float32", name="span_logits"
+            2, kernel_initializer=head_initializer(), dtype="float32", name="span_logits"
         )(sequence_output)
         outputs = {"start_logits": span_logits[..., 0], "end_logits": span_logits[..., 1]}
         # Its own input pipeline (strided windows, batched as windows): no
