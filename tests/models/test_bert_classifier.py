@@ -40,6 +40,7 @@ def test_fresh_heads_are_drawn_as_transformers_draws_them():
     # standard deviation of 0.0176) trained WNUT NER worse in short runs.
     hidden, classes = 128, 64
     torch.manual_seed(0)
+    keras.utils.set_random_seed(0)
     hf_config = transformers.BertConfig(vocab_size=60, hidden_size=hidden, num_hidden_layers=1, num_attention_heads=2,
                                         intermediate_size=32, num_labels=classes)
     reference = transformers.BertForTokenClassification(hf_config).classifier.weight.detach().numpy()
