@@ -151,7 +151,8 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         if not steps_per_epoch or steps_per_epoch < 0:
             return  # unknown length: keep the learning rate as it is
         total = steps_per_epoch * epochs
-        steps = (total, warmup_steps(self.warmup, total), int(self.optimizer.iterations))
+        # (`int` of a `tf.distribute` strategy's variable raises: read it as an array.)
+        steps = (total, warmup_steps(self.warmup, total), int(keras.ops.convert_to_numpy(self.optimizer.iterations)))
         floor = SCHEDULE_FLOORS[self.schedule]
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # under a LossScaleOptimizer
         schedule = getattr(optimizer, "_learning_rate", None)

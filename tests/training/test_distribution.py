@@ -78,6 +78,16 @@ def test_mirrored_strategy_over_two_cpus_trains_as_one_device(initial_weights, t
 
 
 @only_tensorflow
+def test_mirrored_strategy_trains_arrays_with_the_default_compile_as_one_device(initial_weights, tmp_path):
+    # `fit` sets the default schedule from the number of steps, reading the
+    # optimizer's step count, a distributed variable under a strategy (whose
+    # `int` raised a TypeError).
+    out = tmp_path / "mirrored_arrays.npz"
+    tiny_run.run_tiny("mirrored_arrays", initial_weights, out, KERAS_BACKEND="tensorflow")
+    assert_trained_alike(weights(out, "single"), weights(out, "distributed"), initial(initial_weights))
+
+
+@only_tensorflow
 def test_in_batch_negatives_span_the_replicas_of_a_mirrored_strategy(tmp_path):
     # Each replica holds 4 of the 8 pairs; with only its own 4 as negatives,
     # the loss and the weights would differ from the one device's.

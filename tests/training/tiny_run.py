@@ -5,7 +5,8 @@ JAX start):
     python -m tests.training.tiny_run MODE INIT OUT [BACKUP_DIR KILL_AT]
 
 MODE: `mirrored` (TensorFlow, two logical CPUs: one device, then
-MirroredStrategy), `data_parallel` (JAX, two CPU devices: one device, then
+MirroredStrategy), `mirrored_arrays` (the same from arrays with kbert's
+default `compile`), `data_parallel` (JAX, two CPU devices: one device, then
 DataParallel), `multi_worker` (one worker of a plain
 tf.distribute.MultiWorkerMirroredStrategy, from TF_CONFIG), `resume` (any backend: BackupAndRestore, killed after step KILL_AT
 when given), `mirrored_embedder` (TensorFlow, two logical CPUs: a tiny
@@ -85,6 +86,35 @@ def mirrored(init, out):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     assert strategy.num_replicas_in_sync == 2
     save(out, single=single, distributed=train(init, strategy.scope()).get_weights())
+
+
+def mirrored_arrays(init, out):
+    """`mirrored` the way a user who follows TensorFlow's guide trains: arrays
+    in memory, kbert's default `compile` (its schedule set by `fit` from the
+    number of steps), `fit` outside the strategy's scope. The arrays have
+    one length, so TensorFlow's shapes are all known (the XLA-fused path)."""
+    import contextlib
+
+    import tensorflow as tf
+
+    from tests.helpers import random_inputs
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    inputs = random_inputs(GLOBAL_BATCH * STEPS_PER_EPOCH, LENGTH, VOCABULARY_SIZE, seed=0)
+    labels = (inputs["token_ids"][:, 1] > VOCABULARY_SIZE // 2).astype("int32")
+
+    def train(scope):
+        with scope:
+            model = build_model()
+            model.load_weights(init)
+            model.compile(learning_rate=1e-3)
+        model.fit(inputs, labels, batch_size=GLOBAL_BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    single = train(contextlib.nullcontext())
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    save(out, single=single, distributed=train(strategy.scope()))
 
 
 def data_parallel(init, out):
@@ -244,5 +274,5 @@ if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "resume" and len(args) == 4:
         args[3] = int(args[3])
-    {"mirrored": mirrored, "data_parallel": data_parallel, "multi_worker": multi_worker,
+    {"mirrored": mirrored, "mirrored_arrays": mirrored_arrays, "data_parallel": data_parallel, "multi_worker": multi_worker,
      "resume": resume, "mirrored_embedder": mirrored_embedder, "data_parallel_embedder": data_parallel_embedder}[mode](*args)
