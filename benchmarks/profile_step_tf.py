@@ -9,9 +9,11 @@ train_and_infer.py), one training step of batch 32 x 128 at a time under
 The profile's op events (the executor threads of the host plane, read from the
 `.xplane.pb` with the protobuf classes TensorFlow ships, so nothing to pip
 install) are summed by self time and grouped: matrix multiplications, casts,
-LayerNorm, softmax, dropout, GELU, optimizer, loss and metrics, other. Shares
-are of the summed op time of a step (two executor threads run ops side by
-side, so the sum can exceed the wall time); medians over the profiled steps.
+LayerNorm, softmax, dropout, GELU, optimizer, loss and metrics, other, and
+the XLA executables of what kbert fuses with XLA (its GELU, LayerNorm and
+dropout bits on statically shaped tensors). Shares are of the summed op time
+of a step (two executor threads run ops side by side, so the sum can exceed
+the wall time); medians over the profiled steps.
 
 The arithmetic limit: the step's matmul FLOPs counted from the model shape
 (forward projections, feed-forward and attention scores/values, plus pooler
@@ -19,7 +21,7 @@ and classifier; forward + backward = 3x forward) divided by this CPU's
 bfloat16 GEMM rate, measured in the same process with a 2048 x 2048
 `tf.matmul` in bfloat16 (median of several).
 
-    KERAS_BACKEND=tensorflow python benchmarks/profile_step_tf.py [--steps 3] [--libraries kbert,keras_hub]
+    KERAS_BACKEND=tensorflow python benchmarks/profile_step_tf.py [--model base] [--steps 3] [--libraries kbert,keras_hub]
 """
 
 import argparse
@@ -37,11 +39,14 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from measured import measured  # noqa: E402
 
-GROUPS = ("matmul", "casts", "LayerNorm", "softmax", "dropout", "GELU", "optimizer", "loss and metrics",
+XLA = "XLA-fused (GELU, LayerNorm, dropout bits)"
+GROUPS = ("matmul", XLA, "casts", "LayerNorm", "softmax", "dropout", "GELU", "optimizer", "loss and metrics",
           "bias gradients (BiasAddGrad)", "gradient sums (AddN)", "other")
 
-# MiniLM-L6 (all-MiniLM-L6-v2): layers, hidden, intermediate.
-SHAPE = dict(layers=6, hidden=384, intermediate=1536)
+# Layers, hidden, intermediate: MiniLM-L6 (all-MiniLM-L6-v2) and BERT-base (train_and_infer.BASE).
+SHAPES = {"minilm": dict(layers=6, hidden=384, intermediate=1536),
+          "base": dict(layers=12, hidden=768, intermediate=3072)}
+TITLES = {"minilm": "MiniLM-L6", "base": "BERT-base"}
 
 
 def group_of(node, op_type, optimizer_scope):
@@ -49,6 +54,8 @@ def group_of(node, op_type, optimizer_scope):
     scope = node.lower()
     if "MatMul" in op_type or "Einsum" in op_type:
         return "matmul"
+    if op_type == "XlaExecutable":
+        return XLA
     if op_type == "Cast":
         return "casts"
     if scope.startswith(optimizer_scope + "/") or op_type.startswith(("ResourceApply", "Assign")):
@@ -85,10 +92,14 @@ def op_self_times(xplane_file):
             events = []
             for event in line.events:
                 meta = plane.event_metadata[event.metadata_id]
-                # TF op events are named "node:OpType" with the op type as display name.
+                # TF op events are named "node:OpType" with the op type as display name;
+                # a function compiled by XLA runs as one executable (kbert's fused
+                # elementwise chains on TensorFlow), whose event names neither.
                 if meta.display_name and ":" in meta.name:
                     events.append((event.offset_ps, event.duration_ps, meta.name.rsplit(":", 1)[0],
                                    meta.display_name))
+                elif meta.name == "CpuExecutable::ExecuteAsyncOnStream":
+                    events.append((event.offset_ps, event.duration_ps, "XLA executable", "XlaExecutable"))
             events.sort(key=lambda e: (e[0], -e[1]))
             self_ps, stack = [e[1] for e in events], []
             for i, (offset, duration, _, _) in enumerate(events):
@@ -138,7 +149,7 @@ def profile_one(args):
     import tensorflow as tf
     import train_and_infer
 
-    setup = argparse.Namespace(model="minilm", batch_size=args.batch_size, length=args.length, work="train")
+    setup = argparse.Namespace(model=args.model, batch_size=args.batch_size, length=args.length, work="train")
     if args.one == "kbert":
         name, step = train_and_infer.run_kbert(setup, dtype="mixed_bfloat16")
     else:
@@ -187,6 +198,7 @@ def profile_one(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--libraries", default="kbert,keras_hub", help="comma-separated: kbert, keras_hub")
+    parser.add_argument("--model", choices=list(SHAPES), default="minilm")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=3)
@@ -202,7 +214,7 @@ def main():
     results = []
     libraries = args.libraries.split(",")
     for i, library in enumerate(libraries):
-        command = [sys.executable, __file__, "--one", library, "--batch-size", str(args.batch_size),
+        command = [sys.executable, __file__, "--one", library, "--model", args.model, "--batch-size", str(args.batch_size),
                    "--length", str(args.length), "--warmup", str(args.warmup), "--steps", str(args.steps)]
         command += ["--gemm"] if i == 0 else []
         result = measured(command, library, tail=3000)
@@ -210,7 +222,7 @@ def main():
             sys.exit(f"{library} failed (above)")
         results.append(result)
 
-    print(f"MiniLM-L6 training step, batch {args.batch_size} x {args.length}, TensorFlow, mixed_bfloat16; "
+    print(f"{TITLES[args.model]} training step, batch {args.batch_size} x {args.length}, TensorFlow, mixed_bfloat16; "
           f"medians of {args.steps} profiled steps after {args.warmup} warm-up steps\n")
     print("| | " + " | ".join(r["name"] for r in results) + " |")
     print("|---|" + "---|" * len(results))
@@ -222,10 +234,10 @@ def main():
                  for r in results]
         print(f"| {group} | " + " | ".join(cells) + " |")
 
-    flops = matmul_flops(args.batch_size, args.length, **SHAPE)
+    flops = matmul_flops(args.batch_size, args.length, **SHAPES[args.model])
     rate = results[0]["gemm_bfloat16"]
     limit = flops / rate
-    own = {"kbert": matmul_flops(args.batch_size, args.length, **SHAPE, last_layer_cls_only=True)}
+    own = {"kbert": matmul_flops(args.batch_size, args.length, **SHAPES[args.model], last_layer_cls_only=True)}
     print(f"\nmatmul FLOPs of the step (forward + backward): {flops / 1e9:.0f} GFLOP "
           f"(kbert, last layer for [CLS] only: {own['kbert'] / 1e9:.0f} GFLOP)")
     print(f"bfloat16 GEMM rate (2048 x 2048 tf.matmul, median): {rate / 1e9:.0f} GFLOP/s "

@@ -65,8 +65,9 @@ def test_dense_equals_the_default(shape, activation):
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="only TensorFlow applies the GELU differently in training")
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])  # static: XLA-fused on a CPU
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_dense_in_training_has_the_default_values_and_gradients(dtype):
+def test_dense_in_training_has_the_default_values_and_gradients(dtype, static):
     import tensorflow as tf
 
     # Inputs to the GELU from -9 to 9: its tails, where erf and erfc differ most.
@@ -75,7 +76,9 @@ def test_dense_in_training_has_the_default_values_and_gradients(dtype):
     kernel = tf.cast(tf.eye(16, 8) * 3.0 + tensor((16, 8), 1) * 0.01, dtype)
     bias, weights = tf.cast(tensor((8,), 2) * 0.1, dtype), tf.cast(tensor((2, 3, 8), 3), dtype)
 
-    @tf.function(input_signature=[tf.TensorSpec((None, None, 16), dtype)])  # unknown dimensions, as in a model
+    # Unknown dimensions, as in a model fed texts padded to their longest, or
+    # all known, as with a fixed length.
+    @tf.function(input_signature=[tf.TensorSpec((2, 3, 16) if static else (None, None, 16), dtype)])
     def value_and_gradients(x, dense=backend.dense, training=True):
         with tf.GradientTape() as tape:
             tape.watch([x, kernel, bias])
@@ -84,6 +87,7 @@ def test_dense_in_training_has_the_default_values_and_gradients(dtype):
         return [y, *tape.gradient(loss, [x, kernel, bias])]
 
     ours = value_and_gradients(x)
+    assert len(xla_compiled_calls(value_and_gradients.get_concrete_function())) == (2 if static else 0)  # forward, back
     autodiff = tf.function(lambda x: value_and_gradients.python_function(x, default.dense, False))(x)
     tolerance = {"float32": 1e-6, "bfloat16": 2e-2}[dtype]  # bfloat16: 8 significant bits
     for a, b in zip(ours, autodiff):
@@ -91,10 +95,24 @@ def test_dense_in_training_has_the_default_values_and_gradients(dtype):
         np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance * np.abs(b).max())
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "dynamic"])  # dynamic: TensorFlow's unknown shape
 @pytest.mark.parametrize("shape", [(64, 32, 255), (2048, 255), (2048, 256)])  # (2-D: TransformerEncoder's)
 @pytest.mark.parametrize("draw", [backend.random_int16, default.random_int16], ids=["backend", "default"])
-def test_random_int16_sets_each_of_the_16_bits_half_the_time(draw, shape):
+def test_random_int16_sets_each_of_the_16_bits_half_the_time(draw, shape, traced):
     seed = keras.random.SeedGenerator(1)
+    if traced:
+        if BACKEND != "tensorflow" or draw is default.random_int16:
+            pytest.skip("only TensorFlow's shapes can be unknown in a traced step (and `ops.view` needs them)")
+        import tensorflow as tf
+
+        # (Eager, the shape is known: on TensorFlow on a CPU, XLA draws the bits.)
+        draw_known = draw
+
+        @tf.function(input_signature=[tf.TensorSpec([None] * len(shape), tf.float32)])
+        def unknown(x):
+            return draw_known(tf.unstack(tf.shape(x)), seed)
+
+        draw = lambda shape, seed: unknown(tf.zeros(shape))  # noqa: E731
     bits = to_numpy(draw(shape, seed))  # an odd last axis uses part of the last draw
     assert bits.shape == shape and bits.dtype == np.int16
     frequencies = ((bits.astype(np.int32)[..., None] >> np.arange(16)) & 1).reshape(-1, 16).mean(axis=0)
@@ -102,9 +120,43 @@ def test_random_int16_sets_each_of_the_16_bits_half_the_time(draw, shape):
     assert (to_numpy(draw(shape, seed)) != bits).mean() > 0.99  # a new draw each call
 
 
+def xla_compiled_calls(concrete_function):
+    """The calls in a traced TensorFlow graph that XLA compiles."""
+    calls = []
+    for op in concrete_function.graph.get_operations():
+        try:
+            if op.get_attr("_XlaMustCompile"):
+                calls.append(op.name)
+        except ValueError:  # not a call of a function compiled by XLA
+            pass
+    return calls
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="only TensorFlow fuses elementwise chains with XLA")
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_tensorflow_fuses_with_xla_only_statically_shaped_tensors(static):
+    # XLA compiles each new shape: batches padded to their longest text
+    # would compile again and again.
+    import tensorflow as tf
+
+    gamma, beta = tf.ones((16,)), tf.zeros((16,))
+    seed = keras.random.SeedGenerator(3)
+
+    @tf.function(input_signature=[tf.TensorSpec((4, 16) if static else (None, 16), tf.bfloat16)])
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = backend.layer_norm(x, gamma, beta, 1e-12, training=True)
+        return tape.gradient(y, x), backend.random_int16((4, 16) if static else tf.unstack(tf.shape(x)), seed)
+
+    step(tf.ones((4, 16), tf.bfloat16))
+    assert len(xla_compiled_calls(step.get_concrete_function())) == (3 if static else 0)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("shape", [(6, 16), (2, 3, 16)])
-def test_layer_norm_has_the_default_values_and_gradients(shape, dtype, request):
+def test_layer_norm_has_the_default_values_and_gradients(shape, dtype, static, request):
     # In training (TensorFlow: the gradient written out) and not, against
     # Keras' LayerNorm, with inputs far from zero mean and unit variance.
     dtype = native_dtype(dtype, request)
@@ -112,12 +164,15 @@ def test_layer_norm_has_the_default_values_and_gradients(shape, dtype, request):
     gamma, beta = keras.Variable(to_numpy(tensor((16,), 5)) + 1), keras.Variable(to_numpy(tensor((16,), 6)))
     weights = ops.cast(tensor(shape, 7), "float32")
 
+    if static and BACKEND != "tensorflow":
+        pytest.skip("only TensorFlow's shapes can be unknown in a traced step")
+
     def value_and_gradients(norm, training):
         def loss(x, gamma, beta):
             y = norm(x, gamma, beta, 1e-12, training=training)
             assert keras.backend.standardize_dtype(y.dtype) == keras.backend.standardize_dtype(dtype)
             return ops.sum(ops.cast(y, "float32") * weights), y
-        return gradients_of(loss, x, gamma, beta)
+        return gradients_of(loss, x, gamma, beta, static=static)
 
     expected = value_and_gradients(default.layer_norm, False)
     tolerance = 1e-5 if keras.backend.standardize_dtype(dtype) == "float32" else 2e-2
@@ -126,16 +181,17 @@ def test_layer_norm_has_the_default_values_and_gradients(shape, dtype, request):
             np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance * np.abs(b).max())
 
 
-def gradients_of(loss, *args):
+def gradients_of(loss, *args, static=False):
     """`loss(*args)`'s auxiliary output and its gradients with respect to
     `args` (as float32 arrays), on the current backend, traced as a model's
     training step is (TensorFlow: in a graph, all but the last dimension
-    unknown)."""
+    unknown unless `static`)."""
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
-        @tf.function(input_signature=[tf.TensorSpec([None] * (len(args[0].shape) - 1) + [args[0].shape[-1]],
-                                                    args[0].dtype)])
+        known = list(args[0].shape) if static else [None] * (len(args[0].shape) - 1) + [args[0].shape[-1]]
+
+        @tf.function(input_signature=[tf.TensorSpec(known, args[0].dtype)])
         def run(x):
             with tf.GradientTape() as tape:
                 tape.watch(x)
