@@ -87,7 +87,8 @@ def test_dense_in_training_has_the_default_values_and_gradients(dtype, static):
         return [y, *tape.gradient(loss, [x, kernel, bias])]
 
     ours = value_and_gradients(x)
-    assert len(xla_compiled_calls(value_and_gradients.get_concrete_function())) == (2 if static else 0)  # forward, back
+    fused = static and cpu_only()
+    assert len(xla_compiled_calls(value_and_gradients.get_concrete_function())) == (2 if fused else 0)  # forward, back
     autodiff = tf.function(lambda x: value_and_gradients.python_function(x, default.dense, False))(x)
     tolerance = {"float32": 1e-6, "bfloat16": 2e-2}[dtype]  # bfloat16: 8 significant bits
     for a, b in zip(ours, autodiff):
@@ -120,6 +121,13 @@ def test_random_int16_sets_each_of_the_16_bits_half_the_time(draw, shape, traced
     assert (to_numpy(draw(shape, seed)) != bits).mean() > 0.99  # a new draw each call
 
 
+def cpu_only():
+    """Whether TensorFlow sees no GPU or TPU (where kbert fuses with XLA)."""
+    import tensorflow as tf
+
+    return not any(tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU"))
+
+
 def xla_compiled_calls(concrete_function):
     """The calls in a traced TensorFlow graph that XLA compiles."""
     calls = []
@@ -135,8 +143,8 @@ def xla_compiled_calls(concrete_function):
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="only TensorFlow fuses elementwise chains with XLA")
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 def test_tensorflow_fuses_with_xla_only_statically_shaped_tensors(static):
-    # XLA compiles each new shape: batches padded to their longest text
-    # would compile again and again.
+    # On a CPU. XLA compiles each new shape: batches padded to their longest
+    # text would compile again and again.
     import tensorflow as tf
 
     gamma, beta = tf.ones((16,)), tf.zeros((16,))
@@ -150,7 +158,7 @@ def test_tensorflow_fuses_with_xla_only_statically_shaped_tensors(static):
         return tape.gradient(y, x), backend.random_int16((4, 16) if static else tf.unstack(tf.shape(x)), seed)
 
     step(tf.ones((4, 16), tf.bfloat16))
-    assert len(xla_compiled_calls(step.get_concrete_function())) == (3 if static else 0)
+    assert len(xla_compiled_calls(step.get_concrete_function())) == (3 if static and cpu_only() else 0)
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
