@@ -45,6 +45,7 @@ $(addprefix test-,$(BACKENDS)): test-%: $(VENV)/.installed
 COMPAT_VENV ?= .venv-tf220
 COMPAT_PYTHON = $(COMPAT_VENV)/bin/python
 COMPAT_TESTS = tests/text/test_tokenizer.py tests/text/test_preprocessor.py tests/models/test_bert_backbone.py \
+	tests/backend/test_primitives.py \
 	tests/serving/test_serving_versions.py \
 	tests/training/test_distribution.py::test_plain_multi_worker_strategy_over_two_processes_trains_as_one_device
 
@@ -59,8 +60,9 @@ $(COMPAT_VENV)/.installed: pyproject.toml
 compat-env: $(COMPAT_VENV)/.installed
 
 # A smoke pass of the suite on those versions (TensorFlow backend): text
-# processing, the model, fit and export on raw text, and multi-worker training
-# (which works around private Keras APIs).
+# processing, the model, fit and export on raw text, multi-worker training
+# (which works around private Keras APIs) and the backend primitives (the
+# XLA-fused elementwise functions TensorFlow compiles).
 compat-test: $(COMPAT_VENV)/.installed
 	KERAS_BACKEND=tensorflow KBERT_TEXT_TESTS_PASS=tensorflow $(COMPAT_PYTHON) -m pytest -rs -p no:cacheprovider \
 		--durations=5 $(COMPAT_TESTS)
