@@ -33,15 +33,27 @@ def build_model():
     return kbert.BertClassifier(backbone, num_classes=2, dropout=0.0)
 
 
+def examples():
+    """Fixed token ids and labels, as arrays."""
+    from tests.helpers import random_inputs
+
+    inputs = random_inputs(GLOBAL_BATCH * STEPS_PER_EPOCH, LENGTH, VOCABULARY_SIZE, seed=0)
+    return inputs, (inputs["token_ids"][:, 1] > VOCABULARY_SIZE // 2).astype("int32")
+
+
+def two_logical_cpus():
+    """Splits this process' CPU into two TensorFlow devices (before any op)."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
 def batches():
     """A fixed dataset of token ids, in a fixed order: every run sees the same batches."""
     import tensorflow as tf
 
-    from tests.helpers import random_inputs
-
-    inputs = random_inputs(GLOBAL_BATCH * STEPS_PER_EPOCH, LENGTH, VOCABULARY_SIZE, seed=0)
-    labels = (inputs["token_ids"][:, 1] > VOCABULARY_SIZE // 2).astype("int32")
-    dataset = tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(GLOBAL_BATCH)
+    dataset = tf.data.Dataset.from_tensor_slices(examples()).batch(GLOBAL_BATCH)
     options = tf.data.Options()
     # DATA: each worker reads the whole (small, in-memory) dataset and keeps
     # its share of every global batch, so that a step of two workers trains
@@ -80,8 +92,7 @@ def save(out, **weights):
 def mirrored(init, out):
     import tensorflow as tf
 
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    two_logical_cpus()
     single = train(init).get_weights()
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     assert strategy.num_replicas_in_sync == 2
@@ -97,14 +108,10 @@ def mirrored_arrays(init, out):
 
     import tensorflow as tf
 
-    from tests.helpers import random_inputs
+    two_logical_cpus()
+    inputs, labels = examples()
 
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    inputs = random_inputs(GLOBAL_BATCH * STEPS_PER_EPOCH, LENGTH, VOCABULARY_SIZE, seed=0)
-    labels = (inputs["token_ids"][:, 1] > VOCABULARY_SIZE // 2).astype("int32")
-
-    def train(scope):
+    def fit_arrays(scope):
         with scope:
             model = build_model()
             model.load_weights(init)
@@ -112,9 +119,9 @@ def mirrored_arrays(init, out):
         model.fit(inputs, labels, batch_size=GLOBAL_BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
         return model.get_weights()
 
-    single = train(contextlib.nullcontext())
+    single = fit_arrays(contextlib.nullcontext())
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    save(out, single=single, distributed=train(strategy.scope()))
+    save(out, single=single, distributed=fit_arrays(strategy.scope()))
 
 
 def data_parallel(init, out):
@@ -196,8 +203,7 @@ def mirrored_embedder(init, out):
     """`embedder_twice` on TensorFlow: two replicas of a MirroredStrategy."""
     import tensorflow as tf
 
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    two_logical_cpus()
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     save(out, **embedder_twice(strategy.scope))
 
@@ -274,5 +280,6 @@ if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "resume" and len(args) == 4:
         args[3] = int(args[3])
-    {"mirrored": mirrored, "mirrored_arrays": mirrored_arrays, "data_parallel": data_parallel, "multi_worker": multi_worker,
-     "resume": resume, "mirrored_embedder": mirrored_embedder, "data_parallel_embedder": data_parallel_embedder}[mode](*args)
+    {"mirrored": mirrored, "mirrored_arrays": mirrored_arrays, "data_parallel": data_parallel,
+     "multi_worker": multi_worker, "resume": resume, "mirrored_embedder": mirrored_embedder,
+     "data_parallel_embedder": data_parallel_embedder}[mode](*args)
