@@ -24,6 +24,8 @@ PRIMITIVES = (
     "keep_mask",
     "fuses_keep_masks",
     "dropout_add",
+    "fuses_softmax_dropout",
+    "softmax_dropout",
     "exact_bfloat16_softmax",
     "fuses_attention",
     "fuses_adamw",
@@ -101,6 +103,25 @@ def dropout_add(x, h, mask, scale):
     return _current().dropout_add(x, h, mask, scale)
 
 
+def fuses_softmax_dropout(shape, dtype):
+    """Whether `softmax_dropout` of `dtype` logits of `shape` runs as one
+    computation each way (TensorFlow on a CPU, every dimension known: XLA),
+    faster than attention's probabilities written out in ops."""
+    return _current().fuses_softmax_dropout(shape, dtype)
+
+
+def softmax_dropout(logits, scale, bias, mask_bits):
+    """Attention's probabilities in training: `softmax(logits * scale +
+    bias)` over the last axis, computed in float32, then dropout's mask
+    (`mask_bits`: bits, threshold and scale, as `kbert.layers.Dropout.
+    random_bits` draws them; None: no dropout), rounded once to `logits`'
+    dtype. `bias` (None, or float32 broadcasting to `logits`) is 0 where
+    attended and -1e9 where masked. Where `fuses_softmax_dropout`, one
+    computation each way that keeps only the logits and bits for the way
+    back (it computes the softmax again)."""
+    return _current().softmax_dropout(logits, scale, bias, mask_bits)
+
+
 def exact_bfloat16_softmax(with_gradient):
     """Whether a softmax of bfloat16 logits gives the float32 softmax's
     probabilities rounded to bfloat16, so the logits need no cast to
@@ -139,15 +160,19 @@ def adamw_step(variables, grads, momentums, velocities, step, learning_rate, bet
                           weight_decay)
 
 
-def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon):
-    """Adam's update of one variable in place as one op where the backend has
-    it (TensorFlow's `ResourceApplyAdam`, float32 weights, a dense gradient,
-    not on a TPU), with Keras' formula: `epsilon` added to `sqrt(v)` before
-    v's bias correction. Called inside Keras' per-variable update (under a
-    `tf.distribute` strategy, once per replica's copy). True where done;
-    False: the caller updates the variable itself."""
+def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon,
+                decay=None):
+    """AdamW's update of one variable in place where the backend has it as
+    one op (TensorFlow, float32 weights, a dense gradient, not on a TPU:
+    `ResourceApplyAdam`, or on a CPU one XLA computation with the decay):
+    `w -= decay * w` first (None: no decay; `decay` is the rate times the
+    weight decay), then Adam's step with Keras' formula, `epsilon` added to
+    `sqrt(v)` before v's bias correction. Called inside Keras' per-variable
+    update (under a `tf.distribute` strategy, once per replica's copy). True
+    where done; False: the caller updates the variable itself, decay
+    included."""
     return _current().adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1,
-                                  beta_2, epsilon)
+                                  beta_2, epsilon, decay)
 
 
 def rows_once(gradient):

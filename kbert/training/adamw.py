@@ -96,18 +96,20 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     def update_step(self, gradient, variable, learning_rate):
         ops = keras.ops
         scalars = self._step_scalars(learning_rate, variable.dtype)
+        decay = None
         if self._decays_in_update_step() and self.weight_decay and self._use_weight_decay(variable):
-            # As Keras' pass does it, at the rate Keras gives this step.
-            self.assign_sub(variable, variable * scalars["decay"])
-        if self.amsgrad:
-            return super().update_step(gradient, variable, learning_rate)
+            decay = scalars["decay"]  # as Keras' pass decays, at the rate Keras gives this step
         lr, beta_1_power, beta_2_power, epsilon = (scalars[k] for k in ("lr", "beta_1_power", "beta_2_power",
                                                                          "epsilon"))
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
-        if backend.adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, lr, scalars["beta_1"],
-                               scalars["beta_2"], epsilon):
-            return  # TensorFlow: one op
+        if not self.amsgrad and backend.adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, lr,
+                                                    scalars["beta_1"], scalars["beta_2"], epsilon, decay):
+            return  # TensorFlow: one op (or two, the decay's)
+        if decay is not None:
+            self.assign_sub(variable, variable * decay)
+        if self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
         if not self.bias_corrected_epsilon:
             return super().update_step(gradient, variable, learning_rate)
         # Keras Adam's update with the epsilon that makes it PyTorch's.
