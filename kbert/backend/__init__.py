@@ -24,8 +24,6 @@ PRIMITIVES = (
     "keep_mask",
     "fuses_keep_masks",
     "dropout_add",
-    "fuses_softmax_dropout",
-    "softmax_dropout",
     "exact_bfloat16_softmax",
     "fuses_attention",
     "fuses_adamw",
@@ -101,25 +99,6 @@ def dropout_add(x, h, mask, scale):
     """`x + h * mask * scale`: a residual add after dropout with a given 0/1
     `mask` and Python float `scale` (PyTorch: one `addcmul`)."""
     return _current().dropout_add(x, h, mask, scale)
-
-
-def fuses_softmax_dropout(shape, dtype):
-    """Whether `softmax_dropout` of `dtype` logits of `shape` runs as one
-    computation each way (TensorFlow on a CPU, every dimension known: XLA),
-    faster than attention's probabilities written out in ops."""
-    return _current().fuses_softmax_dropout(shape, dtype)
-
-
-def softmax_dropout(logits, scale, bias, mask_bits):
-    """Attention's probabilities in training: `softmax(logits * scale +
-    bias)` over the last axis, computed in float32, then dropout's mask
-    (`mask_bits`: bits, threshold and scale, as `kbert.layers.Dropout.
-    random_bits` draws them; None: no dropout), rounded once to `logits`'
-    dtype. `bias` (None, or float32 broadcasting to `logits`) is 0 where
-    attended and -1e9 where masked. Where `fuses_softmax_dropout`, one
-    computation each way that keeps only the logits and bits for the way
-    back (it computes the softmax again)."""
-    return _current().softmax_dropout(logits, scale, bias, mask_bits)
 
 
 def exact_bfloat16_softmax(with_gradient):

@@ -47,26 +47,6 @@ def dropout_add(x, h, mask, scale):
     return x + h * mask * ops.cast(scale, h.dtype)
 
 
-def fuses_softmax_dropout(shape, dtype):
-    return False
-
-
-def softmax_dropout(logits, scale, bias, mask_bits):
-    z = ops.cast(logits, "float32") * scale
-    if bias is not None:
-        z = z + ops.cast(bias, "float32")
-    probabilities = ops.softmax(z, axis=-1)
-    if mask_bits is not None:
-        probabilities = probabilities * kept(*mask_bits)
-    return ops.cast(probabilities, logits.dtype)
-
-
-def kept(bits, threshold, scale):
-    """Dropout's float32 factor from its bits: `scale` where `bits >=
-    threshold`, else 0."""
-    return ops.where(bits >= threshold, ops.cast(scale, "float32"), ops.cast(0.0, "float32"))
-
-
 def exact_bfloat16_softmax(with_gradient):
     return False
 

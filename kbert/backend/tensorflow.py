@@ -73,6 +73,8 @@ def _gelu_slope(x, cdf):
 @_custom_gradient
 def _erf_gelu(x):
     # The exact GELU with its derivative written out.
+    if _fuses_with_xla(x.shape, x.dtype):
+        return _xla_gelu(x), lambda upstream: _xla_gelu_gradient(x, upstream)
     cdf = _normal_cdf(x)
 
     def gradient(upstream):
@@ -106,27 +108,16 @@ def _cpu_only():
     return not any(tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU"))
 
 
-@_custom_gradient
-def _fused_biased_gelu(x, bias):
-    # The bias, the exact GELU and, on the way back, the bias' gradient (a
-    # column sum of the GELU's, which TensorFlow's `BiasAddGrad` would read
-    # again from memory). The feed-forward's first dense layer at BERT-base's
-    # [4096, 768] x [768, 3072] in bfloat16, forward and back, matmuls
-    # included: 81-84 ms with the bias apart, 79-80 ms with it here.
-    return _xla_biased_gelu(x, bias), lambda upstream: _xla_biased_gelu_gradient(x, bias, upstream)
-
-
 @tf.function(jit_compile=True, autograph=False)
-def _xla_biased_gelu(x, bias):
-    z = tf.cast(x, tf.float32) + tf.cast(bias, tf.float32)
+def _xla_gelu(x):
+    z = tf.cast(x, tf.float32)
     return tf.cast(z * _normal_cdf(z), x.dtype)
 
 
 @tf.function(jit_compile=True, autograph=False)
-def _xla_biased_gelu_gradient(x, bias, upstream):
-    z = tf.cast(x, tf.float32) + tf.cast(bias, tf.float32)
-    given = tf.cast(upstream, tf.float32) * _gelu_slope(z, _normal_cdf(z))
-    return tf.cast(given, x.dtype), tf.cast(tf.reduce_sum(given, axis=0), bias.dtype)
+def _xla_gelu_gradient(x, upstream):
+    z = tf.cast(x, tf.float32)
+    return tf.cast(tf.cast(upstream, tf.float32) * _gelu_slope(z, _normal_cdf(z)), x.dtype)
 
 
 def dense(x, kernel, bias, activation=None, training=False):
@@ -139,12 +130,7 @@ def dense(x, kernel, bias, activation=None, training=False):
     # written out (`_erf_gelu`).
     # (A 2-D `x`, as `TransformerEncoder` gives, needs no reshape either way.)
     rank = x.shape.rank
-    flat = tf.matmul(x if rank == 2 else tf.reshape(x, [-1, x.shape[-1]]), kernel)
-    if activation == "gelu" and training and _fuses_with_xla(flat.shape, flat.dtype):
-        flat = _fused_biased_gelu(flat, tf.convert_to_tensor(bias))
-        activation = None
-    else:
-        flat = tf.nn.bias_add(flat, bias)
+    flat = tf.nn.bias_add(tf.matmul(x if rank == 2 else tf.reshape(x, [-1, x.shape[-1]]), kernel), bias)
     if activation == "gelu":
         with tf.name_scope("gelu"):
             flat = _erf_gelu(flat) if training else flat * _normal_cdf(flat)
@@ -222,49 +208,6 @@ def _xla_layer_norm_gradient(x, gamma, upstream, epsilon):
     normalized, scale = _normalized(tf.cast(x, tf.float32), epsilon)
     dx, dgamma, dbeta = _layer_norm_gradient(tf.cast(upstream, tf.float32), gamma, normalized, scale)
     return tf.cast(dx, x.dtype), dgamma, dbeta
-
-
-def fuses_softmax_dropout(shape, dtype):
-    return _fuses_with_xla(shape, dtype)
-
-
-def softmax_dropout(logits, scale, bias, mask_bits):
-    # Attention's elementwise work in training, as TensorFlow's ops: the
-    # logits cast to float32 and back, the bias, the softmax and its gradient
-    # (4 ops), dropout's mask and its multiplication each way, and the
-    # scaling of the queries and the values; each a pass over [batch, heads,
-    # length, length] or [tokens, hidden]. Fused, one computation each way;
-    # the float32 probabilities are kept for the way back, as TensorFlow's
-    # softmax keeps them (computing them again costs more than reading them).
-    if not fuses_softmax_dropout(logits.shape, logits.dtype):
-        return default.softmax_dropout(logits, scale, bias, mask_bits)
-    bits, threshold, keep_scale = mask_bits or (None, None, None)
-
-    @_custom_gradient
-    def probabilities(logits):
-        dropped, kept = _xla_softmax_dropout(logits, scale, bias, bits, threshold, keep_scale)
-        return dropped, lambda upstream: _xla_softmax_dropout_gradient(kept, scale, bits, threshold, keep_scale,
-                                                                       upstream)
-
-    return probabilities(logits)
-
-
-def _kept(bits, threshold, keep_scale):
-    return 1.0 if bits is None else tf.where(bits >= threshold, keep_scale, 0.0)
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _xla_softmax_dropout(logits, scale, bias, bits, threshold, keep_scale):
-    z = tf.cast(logits, tf.float32) * scale
-    probabilities = tf.nn.softmax(z if bias is None else z + bias, axis=-1)
-    return tf.cast(probabilities * _kept(bits, threshold, keep_scale), logits.dtype), probabilities
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _xla_softmax_dropout_gradient(probabilities, scale, bits, threshold, keep_scale, upstream):
-    given = tf.cast(upstream, tf.float32) * _kept(bits, threshold, keep_scale)
-    along = tf.reduce_sum(given * probabilities, axis=-1, keepdims=True)
-    return tf.cast(probabilities * (given - along) * scale, upstream.dtype)
 
 
 def random_int16(shape, seed_generator):

@@ -51,19 +51,10 @@ class Dropout(keras.layers.Dropout):
         bits, threshold, scale = self._bits(inputs)
         return backend.keep_mask(bits, threshold, inputs.dtype), scale
 
-    def _bits(self, inputs, shape=None):
+    def _bits(self, inputs):
         """16 random bits per element, the threshold below which an element
-        is dropped, and the scale of the kept ones (a Python float)."""
+        is dropped, and the scale of the kept ones."""
         dropped = round(self.rate * _LEVELS)
-        bits = backend.random_int16(ops.shape(inputs) if shape is None else shape, self.seed_generator)
+        bits = backend.random_int16(ops.shape(inputs), self.seed_generator)
         return bits, ops.cast(-(_LEVELS // 2) + dropped, "int16"), _LEVELS / (_LEVELS - dropped)
 
-    def random_bits(self, shape):
-        """The training mask of a tensor of `shape` as its parts, for a
-        caller that applies them inside a fused computation
-        (`kbert.backend.softmax_dropout`): 16 random bits per element
-        (int16), the threshold below which an element is dropped (an int16
-        scalar), and the scale of the kept ones (a float32 scalar). Needs
-        `draws_its_own_mask()`."""
-        bits, threshold, scale = self._bits(None, shape)
-        return bits, threshold, ops.convert_to_tensor(scale, "float32")

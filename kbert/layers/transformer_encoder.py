@@ -124,19 +124,7 @@ class TransformerEncoder(keras.layers.Layer):
         elif padding_mask is not None:
             mask = ops.cast(padding_mask, "bool")[:, None, None, :]
         dropout_active = training and self.dropout > 0
-        dropout = self.attention_dropout
-        logits_shape = (batch, self.num_heads, query_length, length)
-        if (training and not return_attention_scores and backend.fuses_softmax_dropout(logits_shape, q.dtype)
-                and (dropout.rate == 0 or dropout.draws_its_own_mask())):
-            # The scales, the mask, the softmax and dropout in one
-            # computation each way, where the backend fuses them.
-            logits = ops.einsum("btnh,bsnh->bnts", q, k)
-            bias = None if mask is None else ops.where(mask, 0.0, -1e9)
-            probs = backend.softmax_dropout(logits, self.head_dim**-0.5, bias,
-                                            dropout.random_bits(logits_shape) if dropout.rate > 0 else None)
-            context = ops.einsum("bnts,bsnh->btnh", probs, v)
-            scores = None
-        elif not (return_attention_scores or dropout_active) and backend.fuses_attention():
+        if not (return_attention_scores or dropout_active) and backend.fuses_attention():
             # Fused attention where the backend has it; no probabilities needed.
             context = ops.dot_product_attention(q, k, v, mask=mask)
             scores = None
