@@ -49,14 +49,15 @@ class GlobalBatchGradients:
 class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW`; on PyTorch one fused kernel per step
     (`kbert.backend.adamw_step`: what `torch.optim.AdamW(fused=True)` runs);
-    on TensorFlow one `ResourceApplyAdam` op per weight (`kbert.backend.
-    adam_update`, also under a `tf.distribute` strategy other than a TPU's),
-    with the decay, the rate, the betas and the step's powers computed once
-    per step, not once per weight: MiniLM's traced update had 1,438 ops
-    instead of 7,049 and traced in 0.8 s instead of 5.4 s; now 10 ops a
-    decayed weight, clipping included (`kbert.backend.clip_by_global_norm`:
-    one pass over a gradient where it needs no scaling). JAX keeps Keras'
-    update, which XLA fuses.
+    on TensorFlow one op per weight (`kbert.backend.adam_update`, also under
+    a `tf.distribute` strategy other than a TPU's: on a CPU one XLA
+    computation with the decay inside, elsewhere `ResourceApplyAdam` after
+    the decay), with the decay's factor, the rate, the betas and the step's
+    powers computed once per step, not once per weight: MiniLM's traced
+    update had 1,438 ops instead of 7,049 and traced in 0.8 s instead of 5.4
+    s; now 7 ops a decayed weight on a CPU (10 elsewhere), clipping included
+    (`kbert.backend.clip_by_global_norm`: one pass over a gradient where it
+    needs no scaling). JAX keeps Keras' update, which XLA fuses.
 
     Keras' PyTorch update makes about a dozen passes over every weight and its
     two moments (decay, two moment updates, square, square root, epsilon,
