@@ -39,7 +39,7 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from measured import measured  # noqa: E402
 
-XLA = "XLA-fused (GELU, LayerNorm, dropout bits, AdamW)"
+XLA = "XLA-fused (GELU, LayerNorm, dropout bits)"
 GROUPS = ("matmul", XLA, "casts", "LayerNorm", "softmax", "dropout", "GELU", "optimizer", "loss and metrics",
           "bias gradients (BiasAddGrad)", "gradient sums (AddN)", "other")
 

@@ -139,19 +139,15 @@ def adamw_step(variables, grads, momentums, velocities, step, learning_rate, bet
                           weight_decay)
 
 
-def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon,
-                decay=None):
-    """AdamW's update of one variable in place where the backend has it as
-    one op (TensorFlow, float32 weights, a dense gradient, not on a TPU:
-    `ResourceApplyAdam`, or on a CPU one XLA computation with the decay):
-    `w -= decay * w` first (None: no decay; `decay` is the rate times the
-    weight decay), then Adam's step with Keras' formula, `epsilon` added to
-    `sqrt(v)` before v's bias correction. Called inside Keras' per-variable
-    update (under a `tf.distribute` strategy, once per replica's copy). True
-    where done; False: the caller updates the variable itself, decay
-    included."""
+def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon):
+    """Adam's update of one variable in place as one op where the backend has
+    it (TensorFlow's `ResourceApplyAdam`, float32 weights, a dense gradient,
+    not on a TPU), with Keras' formula: `epsilon` added to `sqrt(v)` before
+    v's bias correction. Called inside Keras' per-variable update (under a
+    `tf.distribute` strategy, once per replica's copy). True where done;
+    False: the caller updates the variable itself."""
     return _current().adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1,
-                                  beta_2, epsilon, decay)
+                                  beta_2, epsilon)
 
 
 def rows_once(gradient):

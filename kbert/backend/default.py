@@ -73,8 +73,7 @@ def adamw_step(variables, grads, momentums, velocities, step, learning_rate, bet
         variable.assign(variable - (m * alpha) / (ops.sqrt(v) + epsilon))
 
 
-def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon,
-                decay=None):
+def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon):
     return False
 
 

@@ -275,8 +275,7 @@ def fuses_attention():
     return False
 
 
-def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon,
-                decay=None):
+def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon):
     # Keras' update is about 20 ops a variable (moments, powers, square
     # root, divide, casts): some 2,000 in MiniLM's step, which the first
     # `fit` traces and optimises. `ResourceApplyAdam` computes the same
@@ -287,40 +286,15 @@ def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_r
     if (variable.dtype != tf.float32 or isinstance(gradient, tf.IndexedSlices)
             or isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy)):
         return False
-    scalars = [tf.cast(x, tf.float32) for x in (learning_rate, beta_1_power, beta_2_power, beta_1, beta_2, epsilon,
-                                                 0.0 if decay is None else decay)]
-    gradient = tf.cast(gradient, tf.float32)
-    if _fuses_with_xla(variable.shape):
-        # The decay and Adam's step in one pass over the weight, its moments
-        # and its gradient, where `ResourceApplyAdam` after the decay's
-        # multiplication and subtraction takes three: BERT-base's update
-        # (109M weights, clipping included), 122-129 ms as those ops, 104-112
-        # ms fused.
-        _xla_adamw(variable.handle, m.handle, v.handle, gradient, *scalars)
-        return True
-    if decay is not None:
-        weight = tf.raw_ops.ReadVariableOp(resource=variable.handle, dtype=tf.float32)
-        tf.raw_ops.AssignSubVariableOp(resource=variable.handle, value=weight * scalars[-1])
-    learning_rate, beta_1_power, beta_2_power, beta_1, beta_2, epsilon, _ = scalars
+
+    def scalar(x):
+        return tf.cast(x, tf.float32)
+
     tf.raw_ops.ResourceApplyAdam(
-        var=variable.handle, m=m.handle, v=v.handle, beta1_power=beta_1_power, beta2_power=beta_2_power,
-        lr=learning_rate, beta1=beta_1, beta2=beta_2, epsilon=epsilon, grad=gradient)
+        var=variable.handle, m=m.handle, v=v.handle, beta1_power=scalar(beta_1_power),
+        beta2_power=scalar(beta_2_power), lr=scalar(learning_rate), beta1=scalar(beta_1), beta2=scalar(beta_2),
+        epsilon=scalar(epsilon), grad=tf.cast(gradient, tf.float32))
     return True
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _xla_adamw(variable, m, v, gradient, learning_rate, beta_1_power, beta_2_power, beta_1, beta_2, epsilon, decay):
-    # `ResourceApplyAdam`'s formula, after `w -= w * decay`.
-    def read(handle):
-        return tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float32)
-
-    weight, first, second = read(variable), read(m), read(v)
-    first = first + (gradient - first) * (1 - beta_1)
-    second = second + (tf.square(gradient) - second) * (1 - beta_2)
-    rate = learning_rate * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
-    weight = weight - weight * decay - rate * first / (tf.sqrt(second) + epsilon)
-    for handle, value in ((m, first), (v, second), (variable, weight)):
-        tf.raw_ops.AssignVariableOp(resource=handle, value=value)
 
 
 def rows_once(gradient):

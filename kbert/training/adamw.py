@@ -49,15 +49,14 @@ class GlobalBatchGradients:
 class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW`; on PyTorch one fused kernel per step
     (`kbert.backend.adamw_step`: what `torch.optim.AdamW(fused=True)` runs);
-    on TensorFlow one op per weight (`kbert.backend.adam_update`, also under
-    a `tf.distribute` strategy other than a TPU's: on a CPU one XLA
-    computation with the decay inside, elsewhere `ResourceApplyAdam` after
-    the decay), with the decay's factor, the rate, the betas and the step's
-    powers computed once per step, not once per weight: MiniLM's traced
-    update had 1,438 ops instead of 7,049 and traced in 0.8 s instead of 5.4
-    s; now 7 ops a decayed weight on a CPU (10 elsewhere), clipping included
-    (`kbert.backend.clip_by_global_norm`: one pass over a gradient where it
-    needs no scaling). JAX keeps Keras' update, which XLA fuses.
+    on TensorFlow one `ResourceApplyAdam` op per weight (`kbert.backend.
+    adam_update`, also under a `tf.distribute` strategy other than a TPU's),
+    with the decay, the rate, the betas and the step's powers computed once
+    per step, not once per weight: MiniLM's traced update had 1,438 ops
+    instead of 7,049 and traced in 0.8 s instead of 5.4 s; now 10 ops a
+    decayed weight, clipping included (`kbert.backend.clip_by_global_norm`:
+    one pass over a gradient where it needs no scaling). JAX keeps Keras'
+    update, which XLA fuses.
 
     Keras' PyTorch update makes about a dozen passes over every weight and its
     two moments (decay, two moment updates, square, square root, epsilon,
@@ -97,20 +96,18 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     def update_step(self, gradient, variable, learning_rate):
         ops = keras.ops
         scalars = self._step_scalars(learning_rate, variable.dtype)
-        decay = None
         if self._decays_in_update_step() and self.weight_decay and self._use_weight_decay(variable):
-            decay = scalars["decay"]  # as Keras' pass decays, at the rate Keras gives this step
+            # As Keras' pass does it, at the rate Keras gives this step.
+            self.assign_sub(variable, variable * scalars["decay"])
+        if self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
         lr, beta_1_power, beta_2_power, epsilon = (scalars[k] for k in ("lr", "beta_1_power", "beta_2_power",
                                                                          "epsilon"))
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
-        if not self.amsgrad and backend.adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, lr,
-                                                    scalars["beta_1"], scalars["beta_2"], epsilon, decay):
-            return  # TensorFlow: one op (or two, the decay's)
-        if decay is not None:
-            self.assign_sub(variable, variable * decay)
-        if self.amsgrad:
-            return super().update_step(gradient, variable, learning_rate)
+        if backend.adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, lr, scalars["beta_1"],
+                               scalars["beta_2"], epsilon):
+            return  # TensorFlow: one op
         if not self.bias_corrected_epsilon:
             return super().update_step(gradient, variable, learning_rate)
         # Keras Adam's update with the epsilon that makes it PyTorch's.

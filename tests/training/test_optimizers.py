@@ -181,43 +181,28 @@ def test_adam_steps_an_embedding_row_used_twice_by_its_summed_gradient(optimizer
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's ResourceApplyAdam")
-@pytest.mark.parametrize("xla", [True, False], ids=["xla", "resource_apply_adam"])
-def test_tensorflow_update_is_one_op_per_weight_with_the_step_scalars_computed_once(xla, monkeypatch):
-    # On a CPU, one XLA computation a weight, the decay in it; elsewhere (or
-    # in a graph that XLA compiles whole) `ResourceApplyAdam`, after the
-    # decay's subtraction.
+def test_tensorflow_update_is_one_op_per_weight_with_the_step_scalars_computed_once():
     import collections
 
     import tensorflow as tf
-
-    from kbert.backend import tensorflow as tf_backend
-    from tests.backend.test_primitives import cpu_only, xla_compiled_calls
-
-    if xla and not cpu_only():
-        pytest.skip("kbert fuses with XLA on a CPU only")
-    if not xla:
-        monkeypatch.setattr(tf_backend, "_fuses_with_xla", lambda shape, dtype=None: False)
 
     def traced_update(names):
         variables = [keras.Variable(np.ones((3, 2), "float32"), name=name) for name in names]
         optimizer = kbert.training.fine_tuning_optimizer(100, global_clipnorm=1.0)
         optimizer.build(variables)
         update = tf.function(lambda grads: optimizer.apply(grads, variables))
-        traced = update.get_concrete_function([tf.TensorSpec((3, 2))] * len(names))
-        return traced.graph.get_operations(), xla_compiled_calls(traced)
+        return update.get_concrete_function([tf.TensorSpec((3, 2))] * len(names)).graph.get_operations()
 
-    four, calls = traced_update(("kernel", "bias", "embeddings", "gamma"))
+    four = traced_update(("kernel", "bias", "embeddings", "gamma"))
     ops = collections.Counter(op.type for op in four)
     # Adam's step one op a weight; beta_1 ** t and beta_2 ** t once; the
-    # decay (not on biases or LayerNorm) one subtraction a decayed weight,
-    # or inside the XLA computation.
-    assert (ops["ResourceApplyAdam"], len(calls), ops["Pow"], ops["AssignSubVariableOp"]) == (
-        (0, 4, 2, 0) if xla else (4, 0, 2, 2))
+    # decay (not on biases or LayerNorm) one subtraction a decayed weight.
+    assert (ops["ResourceApplyAdam"], ops["Pow"], ops["AssignSubVariableOp"]) == (4, 2, 2)
     # Each decayed weight more: its gradient and three handles (weight and
     # moments), clipping (a sum of squares, and the clipped gradient out of
     # the `tf.cond` that scales only where the norm is over), the decay
-    # (read, multiply, subtract; none with XLA) and the update: 10 ops, the
-    # betas and the decay's factor shared (Keras' update adds 94 ops a
-    # weight: the schedule, the powers, the moments).
-    more, _ = traced_update(("kernel", "bias", "embeddings", "gamma") + tuple(f"kernel_{i}" for i in range(4)))
-    assert (len(more) - len(four)) / 4 <= (7 if xla else 10)
+    # (read, multiply, subtract) and the update: 10 ops, the betas and the
+    # decay's factor shared (Keras' update adds 94 ops a weight: the
+    # schedule, the powers, the moments).
+    more = traced_update(("kernel", "bias", "embeddings", "gamma") + tuple(f"kernel_{i}" for i in range(4)))
+    assert (len(more) - len(four)) / 4 <= 10
