@@ -96,11 +96,13 @@ def _erf_gelu(x):
 # feed-forward at 32 x 128): 23 ms as TensorFlow's ops, 6 ms fused.
 
 
-def _fuses_with_xla(shape, dtype=tf.float32):
-    """Whether a tensor of `shape` (every dimension known) and `dtype` is
-    computed by an XLA-compiled function here."""
+def _fuses_with_xla(shape, dtype=None):
+    """Whether a tensor of `shape` (every dimension known) and `dtype` (a
+    float, or None: not a float computation, e.g. random bits) is computed
+    by an XLA-compiled function here."""
     known = shape.is_fully_defined() if isinstance(shape, tf.TensorShape) else all(isinstance(n, int) for n in shape)
-    return known and dtype in (tf.bfloat16, tf.float16, tf.float32) and not _in_xla_context() and _cpu_only()
+    floats = dtype is None or dtype in (tf.bfloat16, tf.float16, tf.float32)
+    return known and floats and not _in_xla_context() and _cpu_only()
 
 
 @functools.cache
