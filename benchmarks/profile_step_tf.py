@@ -1,5 +1,6 @@
-"""Where a TensorFlow mixed_bfloat16 training step spends its time, op by op,
-and how far it is from the arithmetic limit of its matrix multiplications.
+"""Where a TensorFlow mixed_bfloat16 training step (or, with `--work infer`,
+a `predict_on_batch`) spends its time, op by op, and how far it is from the
+arithmetic limit of its matrix multiplications.
 
 Runs kbert's `BertClassifier` (all-MiniLM-L6-v2, compiled with its defaults,
 `dtype="mixed_bfloat16"`) and, with `--libraries kbert,keras_hub`, KerasHub's
@@ -22,6 +23,7 @@ bfloat16 GEMM rate, measured in the same process with a 2048 x 2048
 `tf.matmul` in bfloat16 (median of several).
 
     KERAS_BACKEND=tensorflow python benchmarks/profile_step_tf.py [--model base] [--steps 3] [--libraries kbert,keras_hub]
+    KERAS_BACKEND=tensorflow python benchmarks/profile_step_tf.py --work infer [--model base]
 """
 
 import argparse
@@ -112,8 +114,10 @@ def op_self_times(xplane_file):
     return ops
 
 
-def matmul_flops(batch_size, length, layers, hidden, intermediate, num_classes=2, last_layer_cls_only=False):
-    """Matmul FLOPs of one training step (forward + backward = 3x forward).
+def matmul_flops(batch_size, length, layers, hidden, intermediate, num_classes=2, last_layer_cls_only=False,
+                 backward=True):
+    """Matmul FLOPs of one training step (forward + backward = 3x forward;
+    `backward=False`: the forward pass alone).
     `last_layer_cls_only`: the last layer computes only the [CLS] position
     (keys and values for every token; query, output, feed-forward and
     attention for one), as kbert's classifier does."""
@@ -125,7 +129,7 @@ def matmul_flops(batch_size, length, layers, hidden, intermediate, num_classes=2
 
     forward = (layers - 1) * layer(length) + layer(1 if last_layer_cls_only else length)
     forward += batch_size * 2 * (hidden * hidden + hidden * num_classes)  # pooler, classifier
-    return 3 * forward
+    return 3 * forward if backward else forward
 
 
 def gemm_rate(dtype, n=2048, repeats=9):
@@ -149,7 +153,7 @@ def profile_one(args):
     import tensorflow as tf
     import train_and_infer
 
-    setup = argparse.Namespace(model=args.model, batch_size=args.batch_size, length=args.length, work="train")
+    setup = argparse.Namespace(model=args.model, batch_size=args.batch_size, length=args.length, work=args.work)
     if args.one == "kbert":
         name, step = train_and_infer.run_kbert(setup, dtype="mixed_bfloat16")
     else:
@@ -199,6 +203,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--libraries", default="kbert,keras_hub", help="comma-separated: kbert, keras_hub")
     parser.add_argument("--model", choices=list(SHAPES), default="minilm")
+    parser.add_argument("--work", choices=["train", "infer"], default="train")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=3)
@@ -215,14 +220,15 @@ def main():
     libraries = args.libraries.split(",")
     for i, library in enumerate(libraries):
         command = [sys.executable, __file__, "--one", library, "--model", args.model, "--batch-size", str(args.batch_size),
-                   "--length", str(args.length), "--warmup", str(args.warmup), "--steps", str(args.steps)]
+                   "--length", str(args.length), "--work", args.work, "--warmup", str(args.warmup), "--steps", str(args.steps)]
         command += ["--gemm"] if i == 0 else []
         result = measured(command, library, tail=3000)
         if result is None:
             sys.exit(f"{library} failed (above)")
         results.append(result)
 
-    print(f"{TITLES[args.model]} training step, batch {args.batch_size} x {args.length}, TensorFlow, mixed_bfloat16; "
+    work = "training step" if args.work == "train" else "inference (predict_on_batch)"
+    print(f"{TITLES[args.model]} {work}, batch {args.batch_size} x {args.length}, TensorFlow, mixed_bfloat16; "
           f"medians of {args.steps} profiled steps after {args.warmup} warm-up steps\n")
     print("| | " + " | ".join(r["name"] for r in results) + " |")
     print("|---|" + "---|" * len(results))
@@ -234,11 +240,13 @@ def main():
                  for r in results]
         print(f"| {group} | " + " | ".join(cells) + " |")
 
-    flops = matmul_flops(args.batch_size, args.length, **SHAPES[args.model])
+    backward = args.work == "train"
+    flops = matmul_flops(args.batch_size, args.length, **SHAPES[args.model], backward=backward)
     rate = results[0]["gemm_bfloat16"]
     limit = flops / rate
-    own = {"kbert": matmul_flops(args.batch_size, args.length, **SHAPES[args.model], last_layer_cls_only=True)}
-    print(f"\nmatmul FLOPs of the step (forward + backward): {flops / 1e9:.0f} GFLOP "
+    own = {"kbert": matmul_flops(args.batch_size, args.length, **SHAPES[args.model], last_layer_cls_only=True,
+                                 backward=backward)}
+    print(f"\nmatmul FLOPs of the step ({'forward + backward' if backward else 'forward'}): {flops / 1e9:.0f} GFLOP "
           f"(kbert, last layer for [CLS] only: {own['kbert'] / 1e9:.0f} GFLOP)")
     print(f"bfloat16 GEMM rate (2048 x 2048 tf.matmul, median): {rate / 1e9:.0f} GFLOP/s "
           f"(float32: {results[0]['gemm_float32'] / 1e9:.0f} GFLOP/s)")
