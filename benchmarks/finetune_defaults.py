@@ -102,6 +102,7 @@ def main():
     if args.run:
         side, task, seed, epochs = args.run.split(":")
         args.seed, args.epochs = int(seed), int(epochs)
+        args.transformers_padding = "longest"  # as `Trainer`'s default collator pads
         if args.max_train_examples is None:
             args.max_train_examples = MR_TRAIN_EXAMPLES if task == "mr" else 0
         start = time.perf_counter()
