@@ -68,7 +68,8 @@ def layer_norm(x, gamma, beta, epsilon, training=False):
     dtype, as `keras.ops.layer_normalization`. TensorFlow, in `training`:
     with its gradient written out (in MiniLM's traced training step, 68 ops
     fewer per LayerNorm than autodiff's through the mean and variance, most
-    of those shape arithmetic)."""
+    of those shape arithmetic); on a CPU where every dimension is known, one
+    XLA computation each way, in training or not."""
     return _current().layer_norm(x, gamma, beta, epsilon, training)
 
 

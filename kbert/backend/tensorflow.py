@@ -153,7 +153,7 @@ def layer_norm(x, gamma, beta, epsilon, training=False):
     if fused and not training:
         # Inference: one computation, where Keras' is about 12 ops, each a
         # pass over the activations, the casts to float32 and back among
-        # them (a sixth of BERT-base's inference op time outside matmuls).
+        # them (half of BERT-base's inference op time outside matmuls).
         return _xla_layer_norm(x, gamma, beta, epsilon)
     if fused:
         return _fused_layer_norm(x, gamma, beta, epsilon)
