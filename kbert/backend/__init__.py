@@ -69,7 +69,7 @@ def layer_norm(x, gamma, beta, epsilon, training=False):
     with its gradient written out (in MiniLM's traced training step, 68 ops
     fewer per LayerNorm than autodiff's through the mean and variance, most
     of those shape arithmetic); on a CPU where every dimension is known, one
-    XLA computation each way, in training or not."""
+    XLA computation forward, and in training one back."""
     return _current().layer_norm(x, gamma, beta, epsilon, training)
 
 
