@@ -13,11 +13,39 @@ from kbert.models.task_inputs import RawTextInput
 from kbert.models.task_presets import TaskPresets
 from kbert.text.pipeline import check_counts, count_examples, slices, steps, take
 from kbert.training.distribution import DistributedTraining
-from kbert.training.optimizers import EPSILON, bert_adamw, warmup_steps
+from kbert.training.optimizers import BERT_EPSILON, EPSILON, bert_adamw, warmup_steps
 from kbert.training.schedules import WarmupLinearDecay
 
 # What the rate decays to after the warm-up, as a share of its peak.
 SCHEDULE_FLOORS = {"linear": 0.0, "linear_to_10%": 0.1, "constant": 1.0}
+
+# `compile(recipe=...)`: fine-tuning recipes by name. `batch_size` is `fit`'s
+# batch on raw text held in memory when none is given (None: chosen from the
+# data, `default_batch_size`); `bias_corrected_epsilon` as in `bert_adamw`.
+RECIPES = {
+    # kbert's defaults: BERT's recipe with transformers' epsilon, and the
+    # batch chosen from the data (docs/finetuning.md).
+    "kbert": dict(learning_rate=5e-5, warmup=0.1, schedule="linear", epsilon=EPSILON, weight_decay=0.01,
+                  global_clipnorm=1.0, batch_size=None, bias_corrected_epsilon=True),
+    # BERT's own (Devlin et al. 2019 §A.3 and its code, as TensorFlow's
+    # Model Garden runs it): batch 32, AdamW with epsilon 1e-6 added
+    # before the bias correction, as Keras adds it.
+    "bert": dict(learning_rate=5e-5, warmup=0.1, schedule="linear", epsilon=BERT_EPSILON, weight_decay=0.01,
+                 global_clipnorm=1.0, batch_size=32, bias_corrected_epsilon=False),
+    # transformers' `TrainingArguments` defaults.
+    "trainer": dict(learning_rate=5e-5, warmup=0.0, schedule="linear", epsilon=EPSILON, weight_decay=0.0,
+                    global_clipnorm=1.0, batch_size=8, bias_corrected_epsilon=True),
+}
+
+
+class _FromRecipe:
+    """`compile`'s default for a setting: the recipe's value."""
+
+    def __repr__(self):
+        return "<the recipe's>"
+
+
+FROM_RECIPE = _FromRecipe()
 
 # `fit`'s batch on raw text held in memory, when none is given: 32, halved
 # (to 16, then 8) while an epoch would hold fewer than this many steps.
@@ -88,28 +116,51 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         masked tokens or tagged words, not over padding."""
         return None
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto", learning_rate=5e-5,
-                warmup=0.1, schedule="linear", epsilon=EPSILON, global_clipnorm=1.0, **kwargs):
-        """`compile()` with fine-tuning defaults for anything not given:
-        AdamW (weight decay 0.01, none on biases and LayerNorm), the task's loss
-        and metrics. With the default optimizer, `fit` uses BERT's schedule:
-        linear warm-up over `warmup` of the run's steps (rounded up) to
-        `learning_rate` (BERT §A.3 searches 5e-5, 3e-5 and 2e-5), then the
-        `schedule`: `"linear"` (BERT's and transformers' `Trainer`'s: linear
-        decay to 0), `"linear_to_10%"` (to a tenth of `learning_rate`) or
-        `"constant"`. Adam's `epsilon` and the clipping of the gradients'
-        global norm (`global_clipnorm`, None: no clipping) are those of
-        transformers' `Trainer`, so that the same recipe trains the same
-        weights. All are kept in the model's compile config."""
-        if schedule not in SCHEDULE_FLOORS:
-            raise ValueError(f'schedule="{schedule}": use one of {", ".join(map(repr, SCHEDULE_FLOORS))}.')
-        self.schedule = schedule
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto", recipe="kbert",
+                learning_rate=FROM_RECIPE, warmup=FROM_RECIPE, schedule=FROM_RECIPE, epsilon=FROM_RECIPE,
+                weight_decay=FROM_RECIPE, global_clipnorm=FROM_RECIPE, **kwargs):
+        """`compile()` with a fine-tuning recipe for anything not given:
+        AdamW (no weight decay on biases and LayerNorm), the task's loss and
+        metrics, and with the default optimizer, a schedule that `fit` sets
+        over the run's steps: linear warm-up over `warmup` of them (rounded
+        up) to `learning_rate`, then the `schedule`: `"linear"` (decay to 0),
+        `"linear_to_10%"` (to a tenth of `learning_rate`) or `"constant"`.
+
+        `recipe` names the values of every setting not given (`RECIPES`):
+        - `"kbert"` (the default): learning rate 5e-5 (BERT §A.3 searches
+          5e-5, 3e-5 and 2e-5), 10% warm-up, linear decay, weight decay
+          0.01, Adam's epsilon 1e-8 added after the bias correction and the
+          gradients' global norm clipped at 1.0 (transformers' `Trainer`'s,
+          so that the same recipe trains the same weights), and `fit`'s
+          batch chosen from the data (`default_batch_size`);
+        - `"bert"`: BERT's own, as its code and TensorFlow's Model Garden
+          fine-tune: the same, with batch 32 and epsilon 1e-6 added before
+          the bias correction (Keras' way);
+        - `"trainer"`: transformers' `TrainingArguments` defaults: batch 8,
+          no warm-up, no weight decay, epsilon 1e-8, clipping at 1.0.
+        The recipe's batch is `fit`'s on raw text held in memory when
+        `fit` is given none. `global_clipnorm=None`: no clipping. All are
+        kept in the model's compile config."""
+        if recipe not in RECIPES:
+            names = ", ".join(f'"{name}"' for name in RECIPES)
+            raise ValueError(f'recipe="{recipe}": use one of {names}, and give any setting to change as its own '
+                             'argument, e.g. compile(recipe="bert", learning_rate=3e-5).')
+        given = {"learning_rate": learning_rate, "warmup": warmup, "schedule": schedule, "epsilon": epsilon,
+                 "weight_decay": weight_decay, "global_clipnorm": global_clipnorm}
+        settings = {**RECIPES[recipe], **{k: v for k, v in given.items() if v is not FROM_RECIPE}}
+        if settings["schedule"] not in SCHEDULE_FLOORS:
+            raise ValueError(f'schedule="{settings["schedule"]}": use one of '
+                             f'{", ".join(map(repr, SCHEDULE_FLOORS))}.')
+        self.recipe, self.schedule = recipe, settings["schedule"]
+        self.recipe_batch_size = settings["batch_size"]
         self._compiled_by_default = optimizer == "auto"
-        self.learning_rate, self.warmup = float(learning_rate), float(warmup)
-        self.epsilon = float(epsilon)
-        self.global_clipnorm = None if global_clipnorm is None else float(global_clipnorm)
+        self.learning_rate, self.warmup = float(settings["learning_rate"]), float(settings["warmup"])
+        self.epsilon, self.weight_decay = float(settings["epsilon"]), float(settings["weight_decay"])
+        clipnorm = settings["global_clipnorm"]
+        self.global_clipnorm = None if clipnorm is None else float(clipnorm)
         if optimizer == "auto":
-            optimizer = bert_adamw(self.learning_rate, epsilon=self.epsilon)
+            optimizer = bert_adamw(self.learning_rate, self.weight_decay, self.epsilon,
+                                   bias_corrected_epsilon=settings["bias_corrected_epsilon"])
             optimizer.global_clipnorm = self.global_clipnorm
             if self.backbone.token_embedding.dtype_policy.name == "mixed_float16":
                 # float16 gradients underflow without loss scaling.
@@ -125,8 +176,9 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
     def get_compile_config(self):
         config = super().get_compile_config()
         if config is not None and hasattr(self, "learning_rate"):
-            config = {**config, "learning_rate": self.learning_rate, "warmup": self.warmup,
-                      "schedule": self.schedule, "epsilon": self.epsilon, "global_clipnorm": self.global_clipnorm}
+            config = {**config, "recipe": self.recipe, "learning_rate": self.learning_rate, "warmup": self.warmup,
+                      "schedule": self.schedule, "epsilon": self.epsilon, "weight_decay": self.weight_decay,
+                      "global_clipnorm": self.global_clipnorm}
         return config
 
     def _build_optimizer(self):
@@ -174,9 +226,11 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         takes them) or a batched `tf.data.Dataset` of them. Compiles with
         the defaults of `compile()` if not compiled yet.
 
-        On raw text in memory with no `batch_size`, the batch depends on the
-        data: 32 from 8,000 examples, 16 from 4,000, 8 below, so that an
-        epoch holds about 250 steps or more (see `default_batch_size`).
+        On raw text in memory with no `batch_size`, the batch is the
+        compile recipe's (`"bert"`: 32, `"trainer"`: 8) or, with kbert's,
+        depends on the data: 32 from 8,000 examples, 16 from 4,000, 8
+        below, so that an epoch holds about 250 steps or more (see
+        `default_batch_size`).
         Raw text is shuffled in batches of similar lengths (see
         `length_groups`)."""
         if not self.compiled:
@@ -187,7 +241,7 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
                 check_counts(*validation_data)
             examples = count_examples(x)
             if batch_size is None and examples is not None:
-                batch_size = default_batch_size(examples)
+                batch_size = getattr(self, "recipe_batch_size", None) or default_batch_size(examples)
             x = self._dataset(x, y, sample_weight, batch_size,
                               shuffle=shuffle and not isinstance(x, tf.data.Dataset))
             y = sample_weight = batch_size = None

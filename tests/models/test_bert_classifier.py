@@ -217,6 +217,41 @@ def test_fit_without_a_batch_size_gives_small_data_sets_more_steps(minilm_dir):
     assert int(model.optimizer.iterations) == 7
 
 
+def test_compile_takes_a_recipe_by_name_and_settings_over_it(minilm_dir):
+    model = tiny_classifier(minilm_dir)  # kbert's recipe, learning_rate=1e-3
+    optimizer = model.optimizer
+    assert (optimizer.epsilon, optimizer.bias_corrected_epsilon, optimizer.weight_decay,
+            optimizer.global_clipnorm) == (1e-8, True, 0.01, 1.0)
+    model.fit(TEXTS, LABELS, epochs=1, verbose=0)  # 24 texts: kbert's batch for them is 8
+    assert int(model.optimizer.iterations) == 3
+
+    model = tiny_classifier(minilm_dir)
+    model.compile(recipe="bert", learning_rate=3e-5)
+    optimizer = model.optimizer
+    assert (optimizer.epsilon, optimizer.bias_corrected_epsilon, optimizer.weight_decay,
+            optimizer.global_clipnorm) == (1e-6, False, 0.01, 1.0)
+    model.fit(TEXTS, LABELS, epochs=1, verbose=0)  # BERT's batch of 32: one step
+    schedule = model.optimizer._learning_rate
+    assert int(model.optimizer.iterations) == 1 and schedule.peak == 3e-5 and schedule.warmup_steps == 1
+
+    model.compile(recipe="trainer", global_clipnorm=None)  # None: no clipping, as before
+    optimizer = model.optimizer
+    assert (optimizer.epsilon, optimizer.bias_corrected_epsilon, optimizer.weight_decay,
+            optimizer.global_clipnorm) == (1e-8, True, 0.0, None)
+    model.fit(TEXTS, LABELS, epochs=1, verbose=0)  # `Trainer`'s batch of 8, no warm-up
+    schedule = model.optimizer._learning_rate
+    assert int(model.optimizer.iterations) == 3 and schedule.peak == 5e-5 and schedule.warmup_steps == 0
+    # A batch given is kept.
+    model.fit(TEXTS, LABELS, batch_size=24, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations) == 4
+
+    config = model.get_compile_config()
+    assert (config["recipe"], config["global_clipnorm"], config["weight_decay"], config["warmup"]) == (
+        "trainer", None, 0.0, 0.0)
+    with pytest.raises(ValueError, match='recipe="roberta".*"kbert", "bert", "trainer"'):
+        model.compile(recipe="roberta")
+
+
 def test_predict_on_texts_in_memory_equals_keras_loop_and_traces_its_preprocessing_once(minilm_dir):
     model = tiny_classifier(minilm_dir)
     direct = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0)
