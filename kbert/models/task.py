@@ -27,9 +27,10 @@ RECIPES = {
     # batch chosen from the data (docs/finetuning.md).
     "kbert": dict(learning_rate=5e-5, warmup=0.1, schedule="linear", epsilon=EPSILON, weight_decay=0.01,
                   global_clipnorm=1.0, batch_size=None, bias_corrected_epsilon=True),
-    # BERT's own (Devlin et al. 2019 §A.3 and its code, as TensorFlow's
-    # Model Garden runs it): batch 32, AdamW with epsilon 1e-6 added
-    # before the bias correction, as Keras adds it.
+    # BERT's (Devlin et al. 2019 §A.3) as TensorFlow's Model Garden
+    # fine-tunes it: batch 32, AdamW with epsilon 1e-6 added before the
+    # bias correction, as Keras adds it (BERT's first code had no bias
+    # correction at all).
     "bert": dict(learning_rate=5e-5, warmup=0.1, schedule="linear", epsilon=BERT_EPSILON, weight_decay=0.01,
                  global_clipnorm=1.0, batch_size=32, bias_corrected_epsilon=False),
     # transformers' `TrainingArguments` defaults.
@@ -133,9 +134,9 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
           gradients' global norm clipped at 1.0 (transformers' `Trainer`'s,
           so that the same recipe trains the same weights), and `fit`'s
           batch chosen from the data (`default_batch_size`);
-        - `"bert"`: BERT's own, as its code and TensorFlow's Model Garden
-          fine-tune: the same, with batch 32 and epsilon 1e-6 added before
-          the bias correction (Keras' way);
+        - `"bert"`: BERT's, as TensorFlow's Model Garden fine-tunes it: the
+          same, with batch 32 and epsilon 1e-6 added before the bias
+          correction (Keras' way);
         - `"trainer"`: transformers' `TrainingArguments` defaults: batch 8,
           no warm-up, no weight decay, epsilon 1e-8, clipping at 1.0.
         The recipe's batch is `fit`'s on raw text held in memory when
