@@ -150,13 +150,12 @@ def layer_norm(x, gamma, beta, epsilon, training=False):
         return default.layer_norm(x, gamma, beta, epsilon)
     compute = tf.float64 if dtype == tf.float64 else tf.float32
     gamma, beta = (tf.cast(tf.convert_to_tensor(w), compute) for w in (gamma, beta))
-    if fused and not training:
-        # Inference: one computation, where Keras' is about 12 ops, each a
-        # pass over the activations, the casts to float32 and back among
-        # them (half of BERT-base's inference op time outside matmuls).
-        return _xla_layer_norm(x, gamma, beta, epsilon)
     if fused:
-        return _fused_layer_norm(x, gamma, beta, epsilon)
+        # In inference one computation, where Keras' is about 12 ops, each a
+        # pass over the activations, the casts to float32 and back among
+        # them (half of BERT-base's inference op time outside matmuls); no
+        # custom gradient, which nothing would take.
+        return _fused_layer_norm(x, gamma, beta, epsilon) if training else _xla_layer_norm(x, gamma, beta, epsilon)
     return tf.cast(_layer_norm(tf.cast(x, compute), gamma, beta, epsilon), dtype)
 
 

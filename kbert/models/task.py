@@ -22,20 +22,19 @@ SCHEDULE_FLOORS = {"linear": 0.0, "linear_to_10%": 0.1, "constant": 1.0}
 # `compile(recipe=...)`: fine-tuning recipes by name. `batch_size` is `fit`'s
 # batch on raw text held in memory when none is given (None: chosen from the
 # data, `default_batch_size`); `bias_corrected_epsilon` as in `bert_adamw`.
+# kbert's defaults: BERT's recipe with transformers' epsilon, and the batch
+# chosen from the data (docs/finetuning.md).
+_KBERT_RECIPE = dict(learning_rate=5e-5, warmup=0.1, schedule="linear", epsilon=EPSILON, weight_decay=0.01,
+                     global_clipnorm=1.0, batch_size=None, bias_corrected_epsilon=True)
 RECIPES = {
-    # kbert's defaults: BERT's recipe with transformers' epsilon, and the
-    # batch chosen from the data (docs/finetuning.md).
-    "kbert": dict(learning_rate=5e-5, warmup=0.1, schedule="linear", epsilon=EPSILON, weight_decay=0.01,
-                  global_clipnorm=1.0, batch_size=None, bias_corrected_epsilon=True),
+    "kbert": _KBERT_RECIPE,
     # BERT's (Devlin et al. 2019 §A.3) as TensorFlow's Model Garden
     # fine-tunes it: batch 32, AdamW with epsilon 1e-6 added before the
     # bias correction, as Keras adds it (BERT's first code had no bias
     # correction at all).
-    "bert": dict(learning_rate=5e-5, warmup=0.1, schedule="linear", epsilon=BERT_EPSILON, weight_decay=0.01,
-                 global_clipnorm=1.0, batch_size=32, bias_corrected_epsilon=False),
+    "bert": {**_KBERT_RECIPE, "epsilon": BERT_EPSILON, "batch_size": 32, "bias_corrected_epsilon": False},
     # transformers' `TrainingArguments` defaults.
-    "trainer": dict(learning_rate=5e-5, warmup=0.0, schedule="linear", epsilon=EPSILON, weight_decay=0.0,
-                    global_clipnorm=1.0, batch_size=8, bias_corrected_epsilon=True),
+    "trainer": {**_KBERT_RECIPE, "warmup": 0.0, "weight_decay": 0.0, "batch_size": 8},
 }
 
 
@@ -153,7 +152,6 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             raise ValueError(f'schedule="{settings["schedule"]}": use one of '
                              f'{", ".join(map(repr, SCHEDULE_FLOORS))}.')
         self.recipe, self.schedule = recipe, settings["schedule"]
-        self.recipe_batch_size = settings["batch_size"]
         self._compiled_by_default = optimizer == "auto"
         self.learning_rate, self.warmup = float(settings["learning_rate"]), float(settings["warmup"])
         self.epsilon, self.weight_decay = float(settings["epsilon"]), float(settings["weight_decay"])
@@ -242,7 +240,7 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
                 check_counts(*validation_data)
             examples = count_examples(x)
             if batch_size is None and examples is not None:
-                batch_size = getattr(self, "recipe_batch_size", None) or default_batch_size(examples)
+                batch_size = RECIPES[self.recipe]["batch_size"] or default_batch_size(examples)
             x = self._dataset(x, y, sample_weight, batch_size,
                               shuffle=shuffle and not isinstance(x, tf.data.Dataset))
             y = sample_weight = batch_size = None
