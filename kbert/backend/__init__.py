@@ -29,6 +29,7 @@ PRIMITIVES = (
     "fuses_adamw",
     "adamw_step",
     "adam_update",
+    "embedding_rows",
     "rows_once",
     "clip_by_global_norm",
     "gather_replicas",
@@ -149,6 +150,17 @@ def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_r
     False: the caller updates the variable itself."""
     return _current().adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1,
                                   beta_2, epsilon)
+
+
+def embedding_rows(table, ids):
+    """`table[ids]`, the rows of an embedding's Keras variable `table`.
+    Under a mixed policy a layer's call autocasts the table, so the default
+    casts all of it to gather a batch's rows. TensorFlow: a `ResourceGather`
+    on the variable itself, in its dtype, for the caller to cast. (A
+    `GatherV2` of the float32 value followed by a cast to bfloat16 would not
+    do: Grappler's arithmetic optimizer, `ReorderCastLikeAndValuePreserving`,
+    rewrites it into a cast of the whole table, then the gather.)"""
+    return _current().embedding_rows(table, ids)
 
 
 def rows_once(gradient):

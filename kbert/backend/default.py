@@ -77,6 +77,10 @@ def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_r
     return False
 
 
+def embedding_rows(table, ids):
+    return ops.take(table, ids, axis=0)
+
+
 def rows_once(gradient):
     return gradient  # dense gradients: nothing repeats
 

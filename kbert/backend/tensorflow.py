@@ -304,6 +304,25 @@ def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_r
     return True
 
 
+def embedding_rows(table, ids):
+    # `tf.gather` of the `tf.Variable` under a Keras variable reads only the
+    # rows (`ResourceGather`), with no autocast of the table (which a mixed
+    # layer's call applies, `autocast=False` or not), and Grappler does not
+    # move the cast that follows to before it.
+    variable = getattr(table, "_value", None)
+    if not hasattr(variable, "sparse_read") or _in_stateless_scope():
+        return default.embedding_rows(table, ids)
+    return tf.gather(variable, ids)
+
+
+def _in_stateless_scope():
+    try:
+        from keras.src.backend.common.stateless_scope import in_stateless_scope
+    except ImportError:
+        return True  # take the default path
+    return in_stateless_scope()
+
+
 def rows_once(gradient):
     if not isinstance(gradient, tf.IndexedSlices):
         return gradient

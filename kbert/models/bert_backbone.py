@@ -1,6 +1,6 @@
 import keras
 
-from kbert.layers import Dropout, LayerNorm, PositionEmbedding, TransformerEncoder
+from kbert.layers import Dropout, LayerNorm, PositionEmbedding, TokenEmbedding, TransformerEncoder
 from kbert.presets import loading
 from kbert.training.precision import resolve_dtype
 
@@ -95,11 +95,10 @@ class BertBackbone(keras.Model):
                 'dtype="auto" is resolved before a model is built, so that a saved model holds the policy it ran '
                 'with: use from_preset(..., dtype="auto"), or dtype=kbert.training.precision.resolve_dtype("auto").'
             )
-        # autocast=False: gather float32 rows and cast those, instead of
-        # casting the whole vocabulary table to bfloat16 on every step.
-        token_embedding = keras.layers.Embedding(
+        # Casts the batch's rows to bfloat16, not the whole vocabulary table.
+        token_embedding = TokenEmbedding(
             vocabulary_size, hidden_dim, embeddings_initializer=bert_initializer(),
-            dtype=dtype, autocast=False, name="token_embedding",
+            dtype=dtype, name="token_embedding",
         )
         segment_embedding = keras.layers.Embedding(
             num_segments, hidden_dim, embeddings_initializer=bert_initializer(),

@@ -206,3 +206,31 @@ def test_dropout_is_active_only_in_training():
     x = np.ones((2, 5, 8), "float32")
     np.testing.assert_array_equal(to_numpy(layer(x)), to_numpy(layer(x)))
     assert np.abs(to_numpy(layer(x, training=True)) - to_numpy(layer(x))).max() > 1e-3
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="inspects a TensorFlow graph")
+@pytest.mark.parametrize("training", [False, True])
+def test_tensorflow_scales_and_masks_the_logits_in_the_matmul_in_inference(training):
+    # oneDNN's Grappler pass fuses BatchMatMulV2 -> Mul by a scalar -> AddV2
+    # of a [batch, 1, ., length] mask into one `_MklFusedBatchMatMulV2`. In
+    # training the queries are scaled instead: the Mul's backward would be a
+    # pass over [batch, heads, length, length], the queries' is 1/heads of it.
+    import tensorflow as tf
+
+    layer = TransformerEncoder(num_heads=4, intermediate_dim=24, dropout=0.1)
+    x = tf.TensorSpec((None, None, 16), tf.float32)
+    mask = tf.TensorSpec((None, None), tf.int32)
+    graph = tf.function(lambda x, mask: layer(x, padding_mask=mask, training=training)).get_concrete_function(
+        x, mask).graph
+    logits = [op for op in graph.get_operations() if op.type == "BatchMatMulV2"][0]  # then the context's
+    consumer = logits.outputs[0].consumers()
+    if training:
+        assert [op.type for op in consumer] != ["Mul"]
+        return
+    assert [op.type for op in consumer] == ["Mul"]
+    (scale,) = [t for t in consumer[0].inputs if t is not logits.outputs[0]]
+    assert scale.shape.rank == 0
+    (add,) = consumer[0].outputs[0].consumers()
+    assert add.type == "AddV2"
+    (bias,) = [t for t in add.inputs if t is not consumer[0].outputs[0]]
+    assert bias.shape.rank == 4 and bias.shape[1] == 1
