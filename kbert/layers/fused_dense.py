@@ -7,11 +7,33 @@ PyTorch: `linear`; JAX's XLA fuses the plain form itself). The layer keeps
 its weights, names and checkpoints; only how it is applied changes.
 """
 
+import contextlib
+
 import keras
 from keras import ops
 
 from kbert import backend
 from kbert.layers.gelu import gelu
+
+# {id(layer): (kernel, bias)} already in the layer's compute dtype, read
+# instead of the layer's variables inside `weights_cast_once`.
+_CAST = {}
+
+
+@contextlib.contextmanager
+def weights_cast_once(weights):
+    """Within it, `fused_dense(layer, ...)` applies `weights[id(layer)]`, a
+    `(kernel, bias)` pair already in the layer's compute dtype, instead of
+    casting the layer's variables on every call: for a served model, whose
+    weights no longer change (`kbert.serving.write`), a mixed-precision
+    BERT-base then skips casting its 85M float32 weights to bfloat16 on
+    every request. Only functions traced within it read them."""
+    _CAST.update(weights)
+    try:
+        yield
+    finally:
+        for key in weights:
+            _CAST.pop(key, None)
 
 
 def fused_dense(layer, x, activation=None, compute_dtype=None, training=False):
@@ -28,6 +50,6 @@ def fused_dense(layer, x, activation=None, compute_dtype=None, training=False):
         y = layer(x)
         return gelu(y, activation) if activation is not None else y
     compute_dtype = compute_dtype or layer.compute_dtype
-    kernel = ops.cast(layer.kernel, compute_dtype)
-    bias = ops.cast(layer.bias, compute_dtype)
+    kernel, bias = _CAST.get(id(layer), (layer.kernel, layer.bias))
+    kernel, bias = ops.cast(kernel, compute_dtype), ops.cast(bias, compute_dtype)
     return backend.dense(ops.cast(x, compute_dtype), kernel, bias, activation, training=bool(training))

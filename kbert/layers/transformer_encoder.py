@@ -182,6 +182,10 @@ class TransformerEncoder(keras.layers.Layer):
         the neighbouring op (PyTorch, in training, with kbert's own mask)."""
         return bool(training) and backend.fuses_keep_masks() and dropout.draws_its_own_mask()
 
+    def dense_layers(self):
+        """The block's dense layers, which it applies with `fused_dense`."""
+        return (self.query, self.key, self.value, self.attention_output, self.intermediate, self.output_dense)
+
     def _dense(self, layer, x, activation=None, training=False):
         return fused_dense(layer, x, activation, compute_dtype=self.compute_dtype, training=training)
 

@@ -294,3 +294,44 @@ def test_answers_without_a_preprocessor_say_how_to_get_one():
     model = kbert.BertTokenClassifier(tiny_backbone(), 3, class_names=["O", "B-LOC", "I-LOC"])
     with pytest.raises(ValueError, match="needs a preprocessor"):
         model.entities(["Bath"])
+
+
+MIXED_SERVE = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+loaded = tf.saved_model.load(sys.argv[1])
+logits = loaded.signatures["serving_default"](text=tf.constant(json.loads(sys.argv[2])))["logits"]
+print(json.dumps({"logits": logits.numpy().tolist(),
+                  "cast": sorted({v.dtype.name for v in loaded.cast_weights}), "count": len(loaded.cast_weights),
+                  "kernels": sorted(v.dtype.name for v in loaded.model_variables if "kernel" in v.name)}))
+"""
+
+
+@once
+def test_a_mixed_precision_export_stores_and_reads_its_dense_weights_cast(minilm_dir, tmp_path, bfloat16):
+    keras.utils.set_random_seed(0)
+    backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
+                                  intermediate_dim=64, max_sequence_length=64, dropout=0.0, dtype="mixed_bfloat16")
+    model = kbert.BertClassifier(backbone, 2, kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=32))
+    model.fit(TEXTS, [1, 0, 1], epochs=1, verbose=0)
+    path = model.export(str(tmp_path / "mixed"))
+    result = subprocess.run([sys.executable, "-c", MIXED_SERVE, path, json.dumps(TEXTS)], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    # The blocks' 6 dense layers x 2 blocks, kernel and bias, stored in
+    # bfloat16; the float32 ones they replace are not stored. What is left
+    # in float32: the pooler's and the head's kernels.
+    assert served["cast"] == ["bfloat16"] and served["count"] == 24
+    assert served["kernels"] == ["float32", "float32"]
+    # The same answers (the same bfloat16 weights, cast once instead of per
+    # request), to bfloat16's precision (graphs fused apart differ in rounding) ...
+    logits = model.predict(TEXTS, verbose=0)
+    tolerance = 2e-3 * np.abs(logits).max()
+    np.testing.assert_allclose(served["logits"], logits, atol=tolerance)
+    # ... and the model itself still reads its float32 weights: changing one
+    # changes its answers.
+    kernel = model.backbone.transformer_layers[-1].output_dense.kernel
+    kernel.assign(np.random.default_rng(0).normal(size=kernel.shape).astype("float32"))  # std 1, not 0.02
+    assert np.abs(model.predict(TEXTS, verbose=0) - logits).max() > 20 * tolerance
