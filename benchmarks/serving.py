@@ -11,6 +11,13 @@ calls after one warm-up call; memory is the process's peak resident size
 after the calls, less its size after loading (the request's own cost).
 
     python benchmarks/serving.py [--repeats 3] [--sizes 1 32 1000]
+
+With `--casts`, served models only, in mixed_bfloat16 at sequence length
+128: the export as written (the encoder's dense weights stored in bfloat16,
+read as they are) against the same model exported with them in float32,
+cast on every request, alternating, each call in a fresh process:
+
+    python benchmarks/serving.py --casts [--model base] [--rounds 3]
 """
 
 import argparse
@@ -53,12 +60,59 @@ def measure(side, path, texts, repeats):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def compare_casts(args, texts):
+    """Served time of the export as written against one whose dense weights
+    are cast per request (`kbert.serving.export.cast_weights` skipped)."""
+    import statistics
+
+    from example_data import minilm_folder
+
+    import kbert
+
+    writer = sys.modules["kbert.serving.export"]
+    if args.model == "minilm":
+        model = kbert.BertClassifier.from_preset(minilm_folder(), num_classes=2, sequence_length=128,
+                                                 dtype="mixed_bfloat16")
+    else:  # BERT-base's shape, random weights, MiniLM's (uncased, same-sized) vocabulary
+        backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+                                      intermediate_dim=3072, dtype="mixed_bfloat16")
+        model = kbert.BertClassifier(backbone, 2, kbert.BertPreprocessor.from_preset(minilm_folder(),
+                                                                                   sequence_length=128))
+    sizes = [size for size in args.sizes if size <= 32] or [1, 32]
+    with tempfile.TemporaryDirectory() as root:
+        paths = {"weights cast once, at export": model.export(os.path.join(root, "once"))}
+        cast_weights, writer.cast_weights = writer.cast_weights, lambda model: {}
+        try:
+            paths["weights cast per request"] = model.export(os.path.join(root, "per_request"))
+        finally:
+            writer.cast_weights = cast_weights
+        megabytes = {name: sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+                     / 2**20 for name, path in paths.items()}
+        times = {name: {size: [] for size in sizes} for name in paths}
+        for _ in range(args.rounds):
+            for size in sizes:
+                for name, path in paths.items():
+                    times[name][size].append(measure("served", path, texts[:size], args.repeats)["seconds"])
+    print(f"\n{args.model} classifier served (mixed_bfloat16, sequence length 128) on MR test sentences: "
+          f"medians of {args.rounds} rounds of {args.repeats} calls, alternating")
+    print(f"{'export':<30} | {'MB':>5} | " + " | ".join(f"batch {size:>2}, ms" for size in sizes))
+    for name in paths:
+        print(f"{name:<30} | {megabytes[name]:>5.0f} | "
+              + " | ".join(f"{statistics.median(times[name][size]) * 1e3:>12.1f}" for size in sizes))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 32, 1000])
+    parser.add_argument("--casts", action="store_true", help="served, cast once against cast per request")
+    parser.add_argument("--model", choices=["minilm", "base"], default="minilm", help="with --casts")
+    parser.add_argument("--rounds", type=int, default=3, help="with --casts")
     args = parser.parse_args()
     from example_data import minilm_folder, read_mr
+
+    if args.casts:
+        return compare_casts(args, read_mr("test")[0])
 
     import kbert
 
