@@ -45,7 +45,7 @@ $(addprefix test-,$(BACKENDS)): test-%: $(VENV)/.installed
 COMPAT_VENV ?= .venv-tf220
 COMPAT_PYTHON = $(COMPAT_VENV)/bin/python
 COMPAT_TESTS = tests/text/test_tokenizer.py tests/text/test_preprocessor.py tests/models/test_bert_backbone.py \
-	tests/backend/test_primitives.py \
+	tests/backend/test_primitives.py tests/layers/test_token_embedding.py tests/layers/test_transformer_encoder.py \
 	tests/serving/test_serving_versions.py \
 	tests/training/test_distribution.py::test_plain_multi_worker_strategy_over_two_processes_trains_as_one_device
 
