@@ -132,8 +132,9 @@ class TransformerEncoder(keras.layers.Layer):
             # The mask is added as a bias (no backward work). In training the
             # queries are scaled: [batch, length, hidden] elements, forward and
             # back, not [batch, heads, length, length]. In inference the
-            # logits are: matmul, scale and bias are then one op on TensorFlow
-            # with oneDNN (`_MklFusedBatchMatMulV2`), two passes fewer.
+            # logits are scaled instead: TensorFlow's oneDNN pass then fuses
+            # the matmul, the scale and the bias into one op
+            # (`_MklFusedBatchMatMulV2`), two passes fewer.
             if training:
                 q = q * ops.cast(self.head_dim**-0.5, q.dtype)
             logits = ops.einsum("btnh,bsnh->bnts", q, k)
