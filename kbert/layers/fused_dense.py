@@ -15,14 +15,14 @@ from keras import ops
 from kbert import backend
 from kbert.layers.gelu import gelu
 
-# {id(layer): (kernel, bias)} already in the layer's compute dtype, read
-# instead of the layer's variables inside `weights_cast_once`.
+# {layer: (kernel, bias)} already in the layer's compute dtype, read instead
+# of the layer's variables inside `weights_cast_once`.
 _CAST = {}
 
 
 @contextlib.contextmanager
 def weights_cast_once(weights):
-    """Within it, `fused_dense(layer, ...)` applies `weights[id(layer)]`, a
+    """Within it, `fused_dense(layer, ...)` applies `weights[layer]`, a
     `(kernel, bias)` pair already in the layer's compute dtype, instead of
     casting the layer's variables on every call: for a served model, whose
     weights no longer change (`kbert.serving.write`), a mixed-precision
@@ -50,6 +50,6 @@ def fused_dense(layer, x, activation=None, compute_dtype=None, training=False):
         y = layer(x)
         return gelu(y, activation) if activation is not None else y
     compute_dtype = compute_dtype or layer.compute_dtype
-    kernel, bias = _CAST.get(id(layer), (layer.kernel, layer.bias))
+    kernel, bias = _CAST.get(layer, (layer.kernel, layer.bias))
     kernel, bias = ops.cast(kernel, compute_dtype), ops.cast(bias, compute_dtype)
     return backend.dense(ops.cast(x, compute_dtype), kernel, bias, activation, training=bool(training))

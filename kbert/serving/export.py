@@ -11,10 +11,8 @@ request takes stays flat however many rows it has, and saves it as
 import os
 import re
 
-import keras
 import tensorflow as tf
 
-from kbert.layers import TransformerEncoder
 from kbert.layers.fused_dense import weights_cast_once
 
 # Rows that one slice of a request runs through the model at once: what
@@ -53,8 +51,9 @@ def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS
     """Saves `serve` as the `serving_default` signature of a SavedModel at `path`.
 
     Args:
-        model: the Keras model `serve` calls (TensorFlow backend); its
-            variables and its `preprocessor`'s lookup tables are saved.
+        model: the kbert task model `serve` calls (TensorFlow backend); its
+            variables (its backbone's dense weights cast, `cast_weights`)
+            and its `preprocessor`'s lookup tables are saved.
         path: the version folder.
         serve: a function of string tensors `[batch]` returning a dict of
             tensors `[batch, ...]`; it is run on slices of the request.
@@ -69,8 +68,7 @@ def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS
     # served model, and which Keras may have rebuilt).
     module.preprocessor = model.preprocessor
     cast = cast_weights(model)
-    replaced = {id(w) for layer in _encoder_dense_layers(model) if id(layer) in cast
-                for w in (layer.kernel, layer.bias)}
+    replaced = {id(w) for layer in cast for w in (layer.kernel, layer.bias)}
     module.model_variables = [getattr(v, "value", v) for v in model.variables if id(v) not in replaced]
     module.cast_weights = [w for pair in cast.values() for w in pair]
     with weights_cast_once(cast):
@@ -83,35 +81,23 @@ def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS
 
 
 def cast_weights(model):
-    """`{id(layer): (kernel, bias)}`: for each of the encoder blocks' dense
-    layers whose compute dtype is not its variables' (mixed precision), new
-    variables holding its kernel and bias in the compute dtype. A served
-    model stores and reads these instead of casting its float32 weights on
-    every request, with the same outputs; the model itself keeps its
-    float32 weights."""
+    """`{layer: (kernel, bias)}`: for each of the backbone's encoder blocks'
+    dense layers whose compute dtype is not its variables' (mixed
+    precision), new variables holding its kernel and bias in the compute
+    dtype. A served model stores and reads these instead of casting its
+    float32 weights on every request, with the same outputs; the model
+    itself keeps its float32 weights."""
     cast = {}
-    for layer in _encoder_dense_layers(model):
-        dtype = layer.compute_dtype
-        if dtype == layer.variable_dtype or getattr(layer, "quantization_mode", None) or layer.lora_enabled:
-            continue  # nothing to cast, or a kernel that fused_dense does not read as a variable
-        cast[id(layer)] = tuple(
-            tf.Variable(tf.cast(w, dtype), trainable=False, name=w.path.replace("/", "_") + "_" + dtype)
-            for w in (layer.kernel, layer.bias)
-        )
+    for block in model.backbone.transformer_layers:
+        for layer in block.dense_layers():
+            dtype = layer.compute_dtype
+            if dtype == layer.variable_dtype or getattr(layer, "quantization_mode", None) or layer.lora_enabled:
+                continue  # nothing to cast, or a kernel that fused_dense does not read as a variable
+            cast[layer] = tuple(
+                tf.Variable(tf.cast(w, dtype), trainable=False, name=w.path.replace("/", "_") + "_" + dtype)
+                for w in (layer.kernel, layer.bias)
+            )
     return cast
-
-
-def _encoder_dense_layers(model):
-    found = []
-
-    def walk(layer):
-        if isinstance(layer, TransformerEncoder):
-            found.extend(layer.dense_layers())
-        for inner in getattr(layer, "layers", ()):
-            walk(inner)
-
-    walk(model)
-    return [layer for layer in found if isinstance(layer, keras.layers.Dense)]
 
 
 def in_slices(serve, input_signature, fills=None, slice_rows=SLICE_ROWS):
