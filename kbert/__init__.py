@@ -11,4 +11,13 @@ from kbert.models import (
     BertTokenClassifier,
 )
 from kbert.plots import plot_attention, plot_confusion_matrix, plot_history
-from kbert.text import BertPreprocessor, BertTokenizer
+from kbert.text import (
+    BertClassifierPreprocessor,
+    BertMaskedLMPreprocessor,
+    BertPreprocessor,
+    BertPretrainerPreprocessor,
+    BertQuestionAnswererPreprocessor,
+    BertTextEmbedderPreprocessor,
+    BertTokenClassifierPreprocessor,
+    BertTokenizer,
+)

@@ -1,14 +1,13 @@
 import numbers
 
 import keras
-import tensorflow as tf
 
 from kbert.layers import Dropout
 from kbert.models.bert_backbone import head_initializer
+from kbert.models import task_answers
 from kbert.models.task import Task
-from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
-from kbert.text.pipeline import class_ids
+from kbert.text.task_preprocessors import BertClassifierPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -19,9 +18,10 @@ class BertClassifier(Task):
     Args:
         backbone: a `kbert.BertBackbone`.
         num_classes: number of classes.
-        preprocessor: a `kbert.BertPreprocessor`, so that `fit`, `evaluate`
-            and `predict` take raw strings (or `(texts_a, texts_b)` pairs);
-            `None` for a model fed token ids.
+        preprocessor: a `kbert.BertClassifierPreprocessor` (or a
+            `kbert.BertPreprocessor`, read as one), so that `fit`,
+            `evaluate`, `predict` and `classify` take raw strings (or
+            `(texts_a, texts_b)` pairs); `None` for a model fed token ids.
         dropout: dropout rate before the output layer; `None`: the
             backbone's rate (as transformers' `classifier_dropout=None`), so
             that `from_preset(..., dropout=0.0)` turns off all dropout.
@@ -37,6 +37,8 @@ class BertClassifier(Task):
     # What the head classifies: the pooled [CLS] vector; the token classifier
     # classifies every position of the sequence output with the same head.
     classified_output = "pooled_output"
+    preprocessor_class = BertClassifierPreprocessor
+    takes_pairs = True
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None, **kwargs):
         if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
@@ -56,35 +58,28 @@ class BertClassifier(Task):
         logits = keras.layers.Dense(
             num_classes, kernel_initializer=head_initializer(), dtype="float32", name="logits"
         )(x)
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-        self._finish_init(backbone, preprocessor)
+        super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_classes = num_classes
         self.dropout = dropout
         self.class_names = list(class_names) if class_names is not None else None
 
-    takes_pairs = True
+    def classify(self, texts, batch_size=32):
+        """Each text's label and class probabilities, as the exported model
+        gives them.
 
-    def _class_names(self):
-        return self.class_names or [str(i) for i in range(self.num_classes)]
+        Args:
+            texts: a list of texts, or a tuple `(texts_a, texts_b)` of
+                two lists for sentence pairs.
 
-    def _answering(self, pairs=False, top_k=5):
-        preprocessor = self._batch_preprocessor()
-        names = tf.constant(self._class_names())
-
-        def preprocess(*texts):
-            return preprocessor(texts if len(texts) > 1 else texts[0]), None
-
-        def postprocess(logits, _):
-            logits = tf.cast(logits, tf.float32)
-            label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), "label_id": label_id,
-                    "label": tf.gather(names, label_id)}
-
-        return preprocess, postprocess, [serving_text(), serving_text("text_pair")][:2 if pairs else 1], None
-
-    def _label_ids(self, y):
-        """Class ids, checked against num_classes before any training."""
-        return class_ids(super()._label_ids(y), self.num_classes)
+        Returns:
+            A list of `{"label", "label_id", "probabilities"}` per text:
+            the most likely class's name (its id as a str without
+            `class_names`) and every class's probability.
+        """
+        pairs = isinstance(texts, tuple)
+        rows = task_answers.answers_in_slices(self, texts if pairs else (texts,), batch_size=batch_size, pairs=pairs)
+        return [{"label": r["label"], "label_id": int(r["label_id"]), "probabilities": r["probabilities"].tolist()}
+                for r in rows]
 
     def task_config(self):
         return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}

@@ -1,13 +1,11 @@
 import keras
-import tensorflow as tf
 
 from kbert.layers import MaskedLMHead
+from kbert.models import task_answers
 from kbert.models.bert_backbone import bert_initializer
 from kbert.models.task import Task
-from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
-from kbert.text import MaskedLMMaskGenerator
-from kbert.text.masking import top_k_guesses, written_masks
+from kbert.text.masked_lm_preprocessor import BertMaskedLMPreprocessor, BertPretrainerPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -23,7 +21,8 @@ class BertMaskedLM(Task):
 
     Args:
         backbone: a `kbert.BertBackbone`.
-        preprocessor: a `kbert.BertPreprocessor`, or `None`.
+        preprocessor: a `kbert.BertMaskedLMPreprocessor` (or a
+            `kbert.BertPreprocessor`, read as one), or `None`.
         mask_selection_rate: share of tokens chosen for prediction.
         max_predictions: the most predictions per sequence.
         whole_word: choose all pieces of a word together.
@@ -34,25 +33,18 @@ class BertMaskedLM(Task):
     [[[('bank', 0.93), ...]]]
     """
 
+    preprocessor_class = BertMaskedLMPreprocessor
+
     def __init__(self, backbone, preprocessor=None, mask_selection_rate=0.15, max_predictions=None,
                  whole_word=False, **kwargs):
         inputs = dict(backbone.input)
         inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
         outputs = self._heads(backbone, inputs, backbone({k: inputs[k] for k in backbone.input}))
-        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-        self._finish_init(backbone, preprocessor)
+        super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.mlm_head = self.get_layer("mlm_head")
         self.mask_selection_rate = mask_selection_rate
         self.max_predictions = max_predictions
         self.whole_word = whole_word
-        self.masker = None
-        if preprocessor is not None:
-            self.masker = MaskedLMMaskGenerator.from_tokenizer(
-                preprocessor.tokenizer,
-                mask_selection_rate=mask_selection_rate,
-                max_predictions=max_predictions,
-                whole_word=whole_word,
-            )
 
     def _heads(self, backbone, inputs, backbone_outputs):
         mlm_logits = MaskedLMHead(
@@ -64,28 +56,6 @@ class BertMaskedLM(Task):
             name="mlm_head",
         )(backbone_outputs["sequence_output"], mask_positions=inputs["mask_positions"])
         return {"mlm_logits": mlm_logits}
-
-    def _mask(self, features):
-        """BERT §3.1: new masks at every call, so each epoch sees new ones."""
-        masked = self.masker(features)
-        inputs = {k: masked[k] for k in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
-        return self._as_packed(inputs), masked["mask_ids"], masked["mask_weights"]
-
-    def _as_packed(self, features):
-        """Features of one sequence per row, for a model on a packing
-        backbone (whose rows come packed from `kbert.text` shards in
-        training): sequence id 1 on real tokens, 0 on padding."""
-        if not self.backbone.packing:
-            return features
-        return {**features, "sequence_ids": tf.cast(features["padding_mask"], tf.int32)}
-
-    # Traced into each new pipeline, not once per model: the masks come from
-    # `self.masker`, which may be replaced between calls.
-    _preprocess_traced_once = False
-
-    def _preprocess(self, x, *rest):
-        inputs, mask_ids, mask_weights = self._mask(self.preprocessor(x))
-        return inputs, {"mlm_logits": mask_ids}, {"mlm_logits": mask_weights}
 
     def task_config(self):
         return {
@@ -115,29 +85,6 @@ class BertMaskedLM(Task):
             (head.bias, "cls.predictions.bias", None),
         ]
 
-    def _answering(self, pairs=False, top_k=5):
-        preprocessor = self._batch_preprocessor()
-        vocabulary = tf.constant(preprocessor.tokenizer.vocabulary)
-
-        def preprocess(*texts):
-            features, is_slot = written_masks(
-                preprocessor(texts if len(texts) > 1 else texts[0]), preprocessor.tokenizer.mask_id
-            )
-            return self._as_packed(features), is_slot
-
-        def postprocess(outputs, is_slot):
-            answers = top_k_guesses(outputs["mlm_logits"], is_slot, vocabulary, top_k)
-            if pairs:
-                nsp_logits = outputs["nsp_logits"]
-                if self.backbone.packing:
-                    nsp_logits = nsp_logits[:, 0]  # the row's one sequence
-                # Label 0: text_pair follows text.
-                answers["next_sentence_probability"] = tf.nn.softmax(tf.cast(nsp_logits, tf.float32))[:, 0]
-            return answers
-
-        signature = [serving_text(), serving_text("text_pair")][:2 if pairs else 1]
-        return preprocess, postprocess, signature, {"token_ids": -1}
-
     def fill_mask(self, texts, top_k=5, batch_size=32):
         """The `top_k` guesses at each `[MASK]` written in each text, as the
         exported model gives them.
@@ -155,7 +102,7 @@ class BertMaskedLM(Task):
         """
         if isinstance(texts, (str, bytes)):
             raise ValueError("fill_mask takes a list of texts: fill_mask([text]).")
-        rows = self._answers_in_slices((list(texts),), batch_size=batch_size, top_k=top_k)
+        rows = task_answers.answers_in_slices(self, (list(texts),), batch_size=batch_size, top_k=top_k)
         results = [[list(zip(tokens, map(float, p))) for tokens, p, ids in
                     zip(r["tokens"], r["probabilities"], r["token_ids"]) if ids[0] >= 0] for r in rows]
         missing = [i for i, guesses in enumerate(results) if not guesses]
@@ -194,34 +141,11 @@ class BertPretrainer(BertMaskedLM):
     >>> model.fit(pairs.batch(32), epochs=10)
     """
 
+    preprocessor_class = BertPretrainerPreprocessor
     takes_pairs = True
 
-    def _is_raw(self, x):
-        if isinstance(x, tf.data.Dataset) and isinstance(x.element_spec, dict):
-            return self.preprocessor is not None and "segment_a" in x.element_spec
-        return super()._is_raw(x)
-
-    def _preprocess(self, pairs, *rest):
-        segments = (pairs["segment_a"], pairs["segment_b"])
-        if segments[0].dtype == tf.string:
-            features = self.preprocessor(segments)
-        else:
-            features = self.preprocessor.packer(segments)
-        inputs, mask_ids, mask_weights = self._mask(features)
-        labels = pairs["next_sentence_label"]
-        if self.backbone.packing:
-            labels = labels[:, None]
-        return (
-            inputs,
-            {"mlm_logits": mask_ids, "nsp_logits": labels},
-            {"mlm_logits": mask_weights, "nsp_logits": tf.ones_like(labels, dtype=tf.float32)},
-        )
-
-    def _as_packed(self, features):
-        features = super()._as_packed(features)
-        if self.backbone.packing:
-            features["cls_positions"] = tf.zeros_like(features["token_ids"][:, :1])
-        return features
+    def head_settings(self):
+        return {**super().head_settings(), "next_sentence": True}
 
     def _heads(self, backbone, inputs, backbone_outputs):
         outputs = super()._heads(backbone, inputs, backbone_outputs)

@@ -6,15 +6,12 @@ and the exported model.
 """
 
 import keras
-import numpy as np
-import tensorflow as tf
 
+from kbert.models import task_answers
 from kbert.models.bert_backbone import head_initializer
 from kbert.models.task import Task
-from kbert.models.task_answers import serving_text
 from kbert.presets.huggingface import T
-from kbert.text import question_answering as qa
-from kbert.text.pipeline import map_batches, text_tensor, without_autotune
+from kbert.text.task_preprocessors import BertQuestionAnswererPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -37,9 +34,10 @@ class BertQuestionAnswerer(Task):
 
     Args:
         backbone: a `kbert.BertBackbone`.
-        preprocessor: a `kbert.BertPreprocessor` (its `sequence_length` is the
-            window's length, question included), so that `fit` and `predict`
-            take raw text; `None` for a model fed token ids.
+        preprocessor: a `kbert.BertQuestionAnswererPreprocessor` (or a
+            `kbert.BertPreprocessor`, read as one; its `sequence_length` is
+            the window's length, question included), so that `fit` and
+            `predict` take raw text; `None` for a model fed token ids.
         stride: how many tokens each window moves along the context
             (BERT's `doc_stride`: 128, with sequence length 384).
         max_question_length: questions are cut to this many tokens.
@@ -54,6 +52,8 @@ class BertQuestionAnswerer(Task):
     >>> model.answer(["When was it written?"], [context])
     [{'answer': '1813', 'start': 41, 'end': 45, 'score': 9.1}]
     """
+
+    preprocessor_class = BertQuestionAnswererPreprocessor
 
     def __init__(self, backbone, preprocessor=None, stride=128, max_question_length=64, max_answer_length=30,
                  num_candidates=20, input_padding="sequence_length", length_groups=0, **kwargs):
@@ -73,9 +73,8 @@ class BertQuestionAnswerer(Task):
         outputs = {"start_logits": span_logits[..., 0], "end_logits": span_logits[..., 1]}
         # Its own input pipeline (strided windows, batched as windows): no
         # sorting by length, and windows padded to sequence_length.
-        super().__init__(inputs=inputs, outputs=outputs, input_padding=input_padding, length_groups=length_groups,
-                         **kwargs)
-        self._finish_init(backbone, preprocessor)
+        super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor,
+                         input_padding=input_padding, length_groups=length_groups, **kwargs)
         self.stride = stride
         self.max_question_length = max_question_length
         self.max_answer_length = max_answer_length
@@ -112,91 +111,6 @@ class BertQuestionAnswerer(Task):
         dense = self.get_layer("span_logits")
         return [(dense.kernel, "qa_outputs.weight", T), (dense.bias, "qa_outputs.bias", None)]
 
-    # === Raw text in ===
-
-    @staticmethod
-    def _check_raw(x):
-        if not (isinstance(x, tuple) and len(x) == 2):
-            raise ValueError(
-                "BertQuestionAnswerer takes raw input as a tuple (questions, contexts) of two lists "
-                f"of str (answers as y), or a dict of token ids; got {type(x).__name__}."
-            )
-        return text_tensor(x, names=("questions", "contexts"))
-
-    @staticmethod
-    def _answer_chars(answers, contexts):
-        """Each answer's (start, end) characters, checked against its context."""
-        if len(answers) != len(contexts):
-            raise ValueError(f"Got {len(answers)} answers for {len(contexts)} contexts; pass one per example.")
-        spans = []
-        for i, (answer, context) in enumerate(zip(answers, contexts)):
-            text, start = (answer["text"], answer["answer_start"]) if isinstance(answer, dict) else answer
-            start, end = int(start), int(start) + len(text)
-            if not 0 <= start < end <= len(context):
-                raise ValueError(
-                    f"Answer {i} ({answer!r}) lies outside its context of {len(context)} characters; "
-                    "answer_start must be the answer's character offset in the context."
-                )
-            spans.append((start, end))
-        return np.asarray(spans, "int32").reshape(-1, 2)
-
-    def _windows(self, questions, contexts):
-        return qa.windows(self._batch_preprocessor(), questions, contexts, self.stride, self.max_question_length)
-
-    def _raw_slices(self, x, y=None, sample_weight=None):
-        """`(questions, contexts[, answer starts, answer ends][, sample
-        weights])`, the answers as character offsets."""
-        questions, contexts = self._check_raw(x)
-        parts = (questions, contexts)
-        if y is not None:
-            spans = self._answer_chars(y, [c.decode("utf-8", "replace") for c in contexts.numpy()])
-            parts += (spans[:, 0], spans[:, 1])
-        if sample_weight is not None:
-            parts += (np.asarray(sample_weight, "float32"),)
-        return parts
-
-    def _preprocess(self, questions, contexts, *rest):
-        """A batch of examples as the windows their contexts need (more rows
-        than examples), with each window's answer positions and weights."""
-        windowed = self._windows(questions, contexts)
-        if not rest:
-            return (windowed["features"],)
-        starts, ends = qa.answer_positions(windowed, contexts, rest[0], rest[1])
-        weights = tf.ones_like(starts, tf.float32)
-        if len(rest) == 3:
-            weights = tf.gather(rest[2], windowed["example"])
-        return (windowed["features"], {"start_logits": starts, "end_logits": ends},
-                {"start_logits": weights, "end_logits": weights})
-
-    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
-        batch_size = batch_size or 32
-        # Examples in, windows out (more rows than examples), counted once so
-        # that fit knows its steps.
-        examples = tf.data.Dataset.from_tensor_slices(self._raw_slices(x, y, sample_weight)).batch(batch_size)
-        windows = without_autotune(map_batches(examples, self._traced_preprocess())).unbatch()
-        if shuffle:
-            # Made once (the count fills the cache) and shuffled all together
-            # each epoch, as transformers' run_qa shuffles its features: the
-            # windows of one context then land in different batches.
-            windows = windows.cache()
-        count = int(windows.reduce(np.int64(0), lambda n, _: n + 1))
-        if shuffle:
-            windows = windows.shuffle(max(count, 1), reshuffle_each_iteration=True)
-        dataset = windows.batch(batch_size).apply(tf.data.experimental.assert_cardinality(-(-count // batch_size)))
-        return dataset.prefetch(tf.data.AUTOTUNE)
-
-    def _answering(self, pairs=False, top_k=5):
-        def preprocess(question, context):
-            windowed = self._windows(question, context)
-            return windowed["features"], (context, windowed)
-
-        def postprocess(outputs, context):
-            contexts, windowed = context
-            return qa.answers(windowed, contexts, outputs["start_logits"], outputs["end_logits"],
-                              self.max_answer_length, self.num_candidates)
-
-        return preprocess, postprocess, [serving_text("question"), serving_text("context")], None
-
     def answer(self, questions, contexts, batch_size=32):
         """Answers each question from its context, as the exported model does.
 
@@ -206,6 +120,7 @@ class BertQuestionAnswerer(Task):
             character offsets; "" where the context has no token) and its
             score, the start and end logits' sum.
         """
-        rows = self._answers_in_slices(self._check_raw((questions, contexts)), batch_size=batch_size)
+        inputs = BertQuestionAnswererPreprocessor.check_raw((questions, contexts))
+        rows = task_answers.answers_in_slices(self, inputs, batch_size=batch_size)
         return [{"answer": r["answer"], "start": int(r["start"]), "end": int(r["end"]), "score": float(r["score"])}
                 for r in rows]

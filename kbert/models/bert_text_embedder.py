@@ -8,12 +8,13 @@ import tensorflow as tf
 from keras import ops
 
 from kbert import backend
+from kbert.models import task_answers, task_inputs
 from kbert.models.task import Task
-from kbert.models.task_answers import serving_text
 from kbert.presets import files
 from kbert.presets import sentence_transformers as st
-from kbert.text import BertPreprocessor, BertTokenizer
+from kbert.text import BertTokenizer
 from kbert.text.pipeline import map_batches, text_tensor, without_autotune
+from kbert.text.task_preprocessors import BertTextEmbedderPreprocessor
 from kbert.training.contrastive import (
     CoSENTLoss,
     MultipleNegativesRankingLoss,
@@ -96,6 +97,8 @@ class BertTextEmbedder(Task):
     >>> embedder.fit((questions, passages), epochs=1, batch_size=32)
     """
 
+    preprocessor_class = BertTextEmbedderPreprocessor
+
     def __init__(self, backbone, preprocessor=None, pooling="mean", normalize=True, dense=(), prompts=None,
                  default_prompt_name=None, include_prompt=True, **kwargs):
         modes = [pooling] if isinstance(pooling, str) else list(pooling)
@@ -120,8 +123,7 @@ class BertTextEmbedder(Task):
             # comes back as an unhashable list.)
             norm = ops.sqrt(ops.sum(ops.square(embedding), axis=-1, keepdims=True))
             embedding = embedding / ops.maximum(norm, 1e-12)
-        super().__init__(inputs=inputs, outputs=embedding, **kwargs)
-        self._finish_init(backbone, preprocessor)
+        super().__init__(inputs=inputs, outputs=embedding, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.pooling = pooling if isinstance(pooling, str) else modes
         self.normalize = normalize
         self.dense = dense
@@ -139,6 +141,10 @@ class BertTextEmbedder(Task):
         return {"pooling": self.pooling, "normalize": self.normalize, "dense": self.dense,
                 "prompts": self.prompts, "default_prompt_name": self.default_prompt_name,
                 "include_prompt": self.include_prompt}
+
+    def head_settings(self):
+        # With the default prompt, which the exported model puts before each text.
+        return {**super().head_settings(), "prompt": self.prompt()}
 
     def default_loss(self):
         return MultipleNegativesRankingLoss()
@@ -179,11 +185,11 @@ class BertTextEmbedder(Task):
             return np.asarray(self.predict(texts, batch_size=batch_size, verbose=0), dtype="float32")
         # The prompt left out of the pooling: one trace for every prompt,
         # whose length is an input.
-        traced = self._traced("prompted", lambda: self._padded_to_longest(
-            lambda texts, skip: self._features(self._batch_preprocessor(), texts, skip)))
-        skip = tf.constant(self._prompt_length(text))
-        embeddings = self._in_length_order(
-            texts, lambda texts: self._predict_raw((text_tensor(texts),), batch_size, 0, lambda t: traced(t, skip)))
+        preprocessor, head, pad_to = self.preprocessor, self.head_settings(), task_inputs.padding(self)
+        traced = task_inputs.traced(preprocessor, ("prompted", pad_to, task_inputs._frozen(head)),
+                                    lambda: preprocessor.prompted_function(head, pad_to))
+        skip = tf.constant(preprocessor.prompt_length(text))
+        embeddings = task_inputs.predict_in_memory(self, texts, batch_size, 0, lambda t: traced(t, skip))
         return np.asarray(embeddings, dtype="float32")
 
     @staticmethod
@@ -205,16 +211,10 @@ class BertTextEmbedder(Task):
         """`Task.export`: raw text in, `embedding` out. The prompt (`prompt`,
         `prompt_name`, else the default prompt, as `encode`) is put before
         every text inside the exported graph."""
-        saved = self.prompts, self.default_prompt_name
-        if prompt is not None:
-            self.prompts, self.default_prompt_name = {**self.prompts, "exported": prompt}, "exported"
-        elif prompt_name is not None:
-            self.prompt(prompt_name)  # refuses an unknown name
-            self.default_prompt_name = prompt_name
-        try:
+        if self.preprocessor is None or kwargs.get("format", "tf_saved_model") != "tf_saved_model":
             return super().export(filepath, **kwargs)
-        finally:
-            self.prompts, self.default_prompt_name = saved
+        text = self.prompt(prompt_name, prompt)  # refuses an unknown name
+        return task_answers.export(self, filepath, head={**self.head_settings(), "prompt": text}, prompt=text)
 
     @property
     def include_prompt(self):
@@ -222,38 +222,6 @@ class BertTextEmbedder(Task):
         when the model is built: without it, the model has a `pooling_mask`
         input."""
         return "pooling_mask" not in self.input
-
-    def _prompt_length(self, prompt):
-        """The tokens sentence-transformers leaves out of the pooling for
-        `prompt`: [CLS] and the prompt's pieces, the prompt tokenized alone
-        and cut to the sequence length, less its [SEP]."""
-        pieces = int(self.preprocessor.tokenizer(tf.constant([prompt])).row_lengths()[0])
-        return min(1 + pieces, self.preprocessor.sequence_length - 1)
-
-    def _features(self, preprocessor, texts, skip=0):
-        """The model's features of `texts`; with `include_prompt=False`, a
-        `pooling_mask`: the padding mask less the first `skip` tokens (a
-        prompt's, see `_prompt_length`)."""
-        features = preprocessor(texts)
-        if self.include_prompt:
-            return features
-        mask = features["padding_mask"]
-        mask = mask * tf.cast(tf.range(tf.shape(mask)[1]) >= skip, mask.dtype)[None, :]
-        return {**features, "pooling_mask": mask}
-
-    def _preprocess(self, x, *rest):
-        return (self._features(self._batch_preprocessor(), x), *rest)
-
-    def _answering(self, pairs=False, top_k=5):
-        preprocessor = self._batch_preprocessor()
-        text = self.prompt()
-        skip = self._prompt_length(text) if text and not self.include_prompt else 0
-
-        def preprocess(texts):
-            return self._features(preprocessor, tf.strings.join([text, texts]) if text else texts, skip), None
-
-        return (preprocess, lambda embedding, _: {"embedding": tf.cast(embedding, tf.float32)},
-                [serving_text()], None)
 
     # === Training ===
 
@@ -286,7 +254,7 @@ class BertTextEmbedder(Task):
             if mini_batch_size is not None:
                 raise ValueError("mini_batch_size (GradCache) works on a tuple of lists of texts, e.g. "
                                  "(anchors, positives); this input goes to Keras' fit as it is.")
-            if self._is_raw(x) and (not self.compiled or getattr(self, "_default_loss", False)):
+            if task_inputs.is_raw(self, x) and (not self.compiled or getattr(self, "_default_loss", False)):
                 raise ValueError(
                     "BertTextEmbedder.fit takes a tuple of lists of texts: (anchors, positives) or (anchors, "
                     "positives, negatives), or (texts_a, texts_b) with scores. To fit texts to target embeddings, "
@@ -347,12 +315,12 @@ class BertTextEmbedder(Task):
         y = np.zeros(len(columns[0]), "float32") if y is None else np.asarray(y, "float32")
         rows = tf.RaggedTensor.from_row_lengths(np.concatenate(batches).astype("int64"),
                                                 [len(b) for b in batches])
-        with self._longest_padding():
-            preprocessor = self._batch_preprocessor()
+        preprocessor, head, pad_to = self.preprocessor, self.head_settings(), task_inputs.padding(self)
         y = tf.constant(y)
 
         def gather(batch):
-            return tuple(self._features(preprocessor, tf.gather(c, batch)) for c in columns), tf.gather(y, batch)
+            return (tuple(preprocessor.features(tf.gather(c, batch), head, pad_to=pad_to) for c in columns),
+                    tf.gather(y, batch))
 
         return without_autotune(map_batches(tf.data.Dataset.from_tensor_slices(rows), gather))
 
@@ -402,7 +370,7 @@ class BertTextEmbedder(Task):
         length = sequence_length or st.max_seq_length(folder, settings, positions)
         if length > positions:
             raise ValueError(f"sequence_length={length} is longer than this model's {positions} positions.")
-        return BertPreprocessor(BertTokenizer(**tokenizer), sequence_length=length)
+        return BertTextEmbedderPreprocessor(BertTokenizer(**tokenizer), sequence_length=length)
 
     @classmethod
     def preset_preprocessor(cls, folder, sequence_length, backbone):

@@ -3,10 +3,10 @@
 import keras
 import tensorflow as tf
 
+from kbert.models import task_answers, task_inputs
 from kbert.models.bert_classifier import BertClassifier
-from kbert.models.task_answers import serving_text
 from kbert.text import token_classification as tc
-from kbert.text.pipeline import map_batches, without_autotune
+from kbert.text.task_preprocessors import BertTokenClassifierPreprocessor, as_word_lists, class_names
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -29,7 +29,8 @@ class BertTokenClassifier(BertClassifier):
     Args:
         backbone: a `kbert.BertBackbone`.
         num_classes: number of tags.
-        preprocessor: a `kbert.BertPreprocessor`, or `None` for a model fed
+        preprocessor: a `kbert.BertTokenClassifierPreprocessor` (or a
+            `kbert.BertPreprocessor`, read as one), or `None` for a model fed
             token ids. Words past its `sequence_length` get no tag.
         dropout: dropout rate before the output layer; `None`: the
             backbone's rate.
@@ -45,6 +46,7 @@ class BertTokenClassifier(BertClassifier):
     """
 
     classified_output = "sequence_output"
+    preprocessor_class = BertTokenClassifierPreprocessor
     takes_pairs = False
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None,
@@ -64,91 +66,6 @@ class BertTokenClassifier(BertClassifier):
         # Accuracy over tagged words (weight 1), not other pieces or padding.
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
-    # === Words in ===
-
-    def _is_raw(self, x):
-        if isinstance(x, tf.data.Dataset):
-            # A batched dataset of words: (words, tag ids[, sample weights]).
-            spec = x.element_spec[0] if isinstance(x.element_spec, tuple) else x.element_spec
-            return self.preprocessor is not None and isinstance(spec, tf.RaggedTensorSpec) and spec.dtype == tf.string
-        return super()._is_raw(x)
-
-    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
-        if isinstance(x, tf.data.Dataset):
-            return map_batches(x, self._traced_preprocess())
-        dataset = tf.data.Dataset.from_tensor_slices(self._raw_slices(x, y, sample_weight))
-        if shuffle:
-            dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
-        dataset = dataset.batch(batch_size or 32)
-        return without_autotune(map_batches(dataset, self._traced_preprocess()))
-
-    def _raw_slices(self, x, y=None, sample_weight=None):
-        """`(words[, tag ids][, sample weights])`: words a ragged
-        `[sentences, (words)]` tensor."""
-        if all(isinstance(sentence, (str, bytes)) for sentence in x):
-            words = tc.text_words(self.preprocessor, tf.constant(list(x)))[0]
-        else:
-            words = tf.ragged.constant(_as_word_lists(x), dtype=tf.string, ragged_rank=1)
-        parts = (words,)
-        if y is not None:
-            tag_ids = self._tag_ids(y, words.row_lengths().numpy())
-            parts += (tf.ragged.constant(tag_ids, dtype=tf.int32, ragged_rank=1),)
-        if sample_weight is not None:
-            parts += (tf.constant(sample_weight, tf.float32),)
-        return parts
-
-    def _preprocess(self, words, tags=None, sample_weight=None):
-        features, first_pieces = tc.pack_words(self._batch_preprocessor(), words)
-        if tags is None:
-            return (features,)
-        labels, weights = tc.token_labels(first_pieces, tags, tf.shape(features["token_ids"]))
-        if sample_weight is not None:
-            weights *= sample_weight[:, None]
-        return features, labels, weights
-
-    def _tag_ids(self, tags, word_counts):
-        ids = []
-        index = {name: i for i, name in enumerate(self.class_names or [])}
-        if len(tags) != len(word_counts):
-            raise ValueError(f"Got {len(word_counts)} sentences but {len(tags)} tag lists; give one per sentence.")
-        for i, (sentence_tags, count) in enumerate(zip(tags, word_counts)):
-            if len(sentence_tags) != count:
-                raise ValueError(
-                    f"Sentence {i} has {count} words but {len(sentence_tags)} tags; "
-                    "give one tag per word."
-                )
-            for tag in sentence_tags:
-                if isinstance(tag, str) and tag not in index:
-                    raise ValueError(
-                        f'Unknown tag "{tag}" in sentence {i}. '
-                        + (f"Known tags (class_names): {', '.join(self.class_names)}."
-                           if self.class_names else "Build the model with class_names to give tags by name.")
-                    )
-            sentence_ids = [index[t] if isinstance(t, str) else int(t) for t in sentence_tags]
-            if any(not 0 <= t < self.num_classes for t in sentence_ids):
-                raise ValueError(f"Sentence {i} has tag ids {sentence_ids}; ids must be in [0, {self.num_classes}).")
-            ids.append(sentence_ids)
-        return ids
-
-    # === Answers: the exported model's preprocessing and postprocessing ===
-
-    def _answering(self, pairs=False, top_k=5):
-        preprocessor = self._batch_preprocessor()
-
-        def preprocess(text):
-            words, starts, ends = tc.text_words(preprocessor, text)
-            features, first_pieces = tc.pack_words(preprocessor, words)
-            return features, (text, words, starts, ends, first_pieces)
-
-        def postprocess(logits, context):
-            text, words, starts, ends, first_pieces = context
-            tags = tc.word_tags(logits, first_pieces, self._class_names())
-            entities = tc.text_entities(text, tc.bio_entities(tags["label"], tags["score"]), starts, ends)
-            outputs = {"words": words, **tags, **entities}
-            return {k: v.to_tensor(_FILLS.get(k, "" if v.dtype == tf.string else 0)) for k, v in outputs.items()}
-
-        return preprocess, postprocess, [serving_text()], _FILLS
-
     def tags(self, texts, batch_size=32):
         """Each word's tag and its probability.
 
@@ -163,17 +80,19 @@ class BertTokenClassifier(BertClassifier):
             preprocessor's `sequence_length` (or with no WordPiece).
         """
         if all(isinstance(t, str) for t in texts):
-            rows = self._answers_in_slices((list(texts),), batch_size=batch_size)
+            rows = task_answers.answers_in_slices(self, (list(texts),), batch_size=batch_size)
             # Padding words are "": no real word is empty.
             return [[(w, t or None, float(s)) for w, t, s in zip(r["words"], r["label"], r["score"]) if w]
                     for r in rows]
-        preprocessor = self._batch_preprocessor()
+        if self.preprocessor is None:
+            raise ValueError(task_inputs.no_preprocessor(self))
+        preprocessor = self.preprocessor.with_padding(self.input_padding)
         results = []
         for i in range(0, len(texts), batch_size):
-            words = tf.ragged.constant(_as_word_lists(texts[i:i + batch_size]), tf.string, ragged_rank=1)
+            words = tf.ragged.constant(as_word_lists(texts[i:i + batch_size]), tf.string, ragged_rank=1)
             features, first_pieces = tc.pack_words(preprocessor, words)
-            logits = tf.convert_to_tensor(keras.ops.convert_to_numpy(self._predict_batch(features)))
-            tags = tc.word_tags(logits, first_pieces, self._class_names())
+            logits = tf.convert_to_tensor(keras.ops.convert_to_numpy(task_inputs.predict_batch(self, features)))
+            tags = tc.word_tags(logits, first_pieces, class_names(self.head_settings()))
             for sentence, labels, scores in zip(words.to_list(), tags["label"].to_list(), tags["score"].to_list()):
                 results.append([(w.decode(), t.decode() or None, float(s))
                                 for w, t, s in zip(sentence, labels, scores)])
@@ -193,27 +112,14 @@ class BertTokenClassifier(BertClassifier):
                 "entities groups BIO tags into entities and needs their names; build the model "
                 "with class_names=[...], or call tags for the tag ids."
             )
-        rows = self._answers_in_slices((_as_texts(texts),), batch_size=batch_size)
+        rows = task_answers.answers_in_slices(self, (_as_texts(texts),), batch_size=batch_size)
         return [[{"text": e, "label": k, "start": int(a), "end": int(b), "score": float(s)}
                  for e, k, a, b, s in zip(r["entity"], r["entity_label"], r["entity_start"], r["entity_end"],
                                           r["entity_score"]) if k]
                 for r in rows]
 
 
-# Padding of the served outputs, per sentence: words and entities past its own.
-_FILLS = {"label_id": -1, "entity_start": -1, "entity_end": -1}
-
-
 def _as_texts(texts):
     if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
         raise ValueError("entities takes a list of texts: [text, ...]; for word lists, call tags.")
     return list(texts)
-
-
-def _as_word_lists(x):
-    if isinstance(x, (str, bytes)) or any(isinstance(sentence, (str, bytes)) for sentence in x):
-        raise ValueError(
-            "fit and evaluate take sentences as lists of words, with one tag per word "
-            '(CoNLL style: [["Jane", "Austen"], ...]); got text. Split texts into words first.'
-        )
-    return [list(sentence) for sentence in x]

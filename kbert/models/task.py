@@ -1,77 +1,30 @@
 """What every task model shares: the `Task` base, a functional model on
-`BertBackbone` with a preprocessor; its pieces are mixed in from
-`task_inputs` (raw text in), `task_answers` (helpers and export) and
-`task_presets` (presets and Hugging Face heads)."""
-
+`BertBackbone` with the task's preprocessor (`model.preprocessor`), so that
+`fit`, `evaluate`, `predict` and the model's own call take raw text."""
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from kbert.models.task_answers import Answering
-from kbert.models.task_inputs import RawTextInput
-from kbert.models.task_presets import TaskPresets
-from kbert.text.pipeline import check_counts, count_examples, slices, steps, take
+from kbert.models import task_answers, task_inputs, task_presets
+from kbert.text.pipeline import check_counts, count_examples, steps
 from kbert.training.distribution import DistributedTraining
-from kbert.training.optimizers import BERT_EPSILON, EPSILON, bert_adamw, warmup_steps
+from kbert.training.optimizers import bert_adamw, warmup_steps
+from kbert.training.recipes import FROM_RECIPE, RECIPES, SCHEDULE_FLOORS, SETTINGS, default_batch_size, recipe_settings
 from kbert.training.schedules import WarmupLinearDecay
 
-# What the rate decays to after the warm-up, as a share of its peak.
-SCHEDULE_FLOORS = {"linear": 0.0, "linear_to_10%": 0.1, "constant": 1.0}
 
-# `compile(recipe=...)`: fine-tuning recipes by name. `batch_size` is `fit`'s
-# batch on raw text held in memory when none is given (None: chosen from the
-# data, `default_batch_size`); `bias_corrected_epsilon` as in `bert_adamw`.
-# kbert's defaults: BERT's recipe with transformers' epsilon, and the batch
-# chosen from the data (docs/finetuning.md).
-_KBERT_RECIPE = dict(learning_rate=5e-5, warmup=0.1, schedule="linear", epsilon=EPSILON, weight_decay=0.01,
-                     global_clipnorm=1.0, batch_size=None, bias_corrected_epsilon=True)
-RECIPES = {
-    "kbert": _KBERT_RECIPE,
-    # BERT's (Devlin et al. 2019 §A.3) as TensorFlow's Model Garden
-    # fine-tunes it: batch 32, AdamW with epsilon 1e-6 added before the
-    # bias correction, as Keras adds it (BERT's first code had no bias
-    # correction at all).
-    "bert": {**_KBERT_RECIPE, "epsilon": BERT_EPSILON, "batch_size": 32, "bias_corrected_epsilon": False},
-    # transformers' `TrainingArguments` defaults.
-    "trainer": {**_KBERT_RECIPE, "warmup": 0.0, "weight_decay": 0.0, "batch_size": 8},
-}
-
-
-class _FromRecipe:
-    """`compile`'s default for a setting: the recipe's value."""
-
-    def __repr__(self):
-        return "<the recipe's>"
-
-
-FROM_RECIPE = _FromRecipe()
-
-# `fit`'s batch on raw text held in memory, when none is given: 32, halved
-# (to 16, then 8) while an epoch would hold fewer than this many steps.
-STEPS_PER_EPOCH_WANTED = 250
-
-
-def default_batch_size(examples):
-    """`fit`'s batch for this many raw examples when none is given: 32 from
-    8,000 examples, 16 from 4,000, 8 below. A short run on a small data set
-    needs steps more than it needs large batches: on 2,000 MR sentences,
-    one epoch at batch 8 (250 steps) scores 76.0% against 71.6% at batch 32
-    (63 steps), and on 2,000 WNUT tweets the entity F1 goes from 0 to 11
-    (docs/finetuning.md); on large data sets batch 32 keeps a step's
-    matrices large and an epoch fast."""
-    batch_size = 32
-    while batch_size > 8 and examples < STEPS_PER_EPOCH_WANTED * batch_size:
-        batch_size //= 2
-    return batch_size
-
-
-class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Model):
+class Task(DistributedTraining, keras.Model):
     """Base of the task models: a functional model on `BertBackbone` with an
-    optional preprocessor, so that `fit`, `evaluate` and `predict` take raw
-    strings. Subclasses build their graph, then call `_finish_init`."""
+    optional preprocessor of the task's class (`preprocessor_class`), so that
+    `fit`, `evaluate` and `predict` take raw strings. Subclasses build their
+    graph, then call `super().__init__(inputs, outputs, backbone=...,
+    preprocessor=...)`, and give `task_config` (the head's arguments)."""
 
-    def __init__(self, inputs, outputs, input_padding="bucket", length_groups=50, **kwargs):
+    preprocessor_class = None  # set by each task
+    takes_pairs = False  # whether an export may take `text` and `text_pair`
+
+    def __init__(self, inputs, outputs, backbone=None, preprocessor=None, input_padding="bucket",
+                 length_groups=50, **kwargs):
         """Every task's settings of its raw-input pipeline, saved in its config.
 
         Args:
@@ -94,15 +47,18 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         if input_padding not in ("bucket", "sequence_length"):
             raise ValueError(f'input_padding="{input_padding}": use "bucket" or "sequence_length".')
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.backbone = backbone
+        self.preprocessor = self.preprocessor_class.from_preprocessor(preprocessor)
         self.input_padding = input_padding
         self.length_groups = int(length_groups)
-
-    def _finish_init(self, backbone, preprocessor):
-        self.backbone = backbone
-        self.preprocessor = preprocessor
         self._compiled_by_default = False
 
-    # === Compile defaults ===
+    def head_settings(self):
+        """What the preprocessor needs to know of this model: the head's
+        arguments (`task_config`) and whether the backbone packs rows."""
+        return {**self.task_config(), "packing": self.backbone.packing}
+
+    # === Compile ===
 
     def default_loss(self):
         raise NotImplementedError
@@ -126,7 +82,8 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         up) to `learning_rate`, then the `schedule`: `"linear"` (decay to 0),
         `"linear_to_10%"` (to a tenth of `learning_rate`) or `"constant"`.
 
-        `recipe` names the values of every setting not given (`RECIPES`):
+        `recipe` names the values of every setting not given
+        (`kbert.training.recipes.RECIPES`):
         - `"kbert"` (the default): learning rate 5e-5 (BERT §A.3 searches
           5e-5, 3e-5 and 2e-5), 10% warm-up, linear decay, weight decay
           0.01, Adam's epsilon 1e-8 added after the bias correction and the
@@ -140,27 +97,17 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
           no warm-up, no weight decay, epsilon 1e-8, clipping at 1.0.
         The recipe's batch is `fit`'s on raw text held in memory when
         `fit` is given none. `global_clipnorm=None`: no clipping. All are
-        kept in the model's compile config."""
-        if recipe not in RECIPES:
-            names = ", ".join(f'"{name}"' for name in RECIPES)
-            raise ValueError(f'recipe="{recipe}": use one of {names}, and give any setting to change as its own '
-                             'argument, e.g. compile(recipe="bert", learning_rate=3e-5).')
-        given = {"learning_rate": learning_rate, "warmup": warmup, "schedule": schedule, "epsilon": epsilon,
-                 "weight_decay": weight_decay, "global_clipnorm": global_clipnorm}
-        settings = {**RECIPES[recipe], **{k: v for k, v in given.items() if v is not FROM_RECIPE}}
-        if settings["schedule"] not in SCHEDULE_FLOORS:
-            raise ValueError(f'schedule="{settings["schedule"]}": use one of '
-                             f'{", ".join(map(repr, SCHEDULE_FLOORS))}.')
-        self.recipe, self.schedule = recipe, settings["schedule"]
-        self._compiled_by_default = optimizer == "auto"
-        self.learning_rate, self.warmup = float(settings["learning_rate"]), float(settings["warmup"])
-        self.epsilon, self.weight_decay = float(settings["epsilon"]), float(settings["weight_decay"])
-        clipnorm = settings["global_clipnorm"]
-        self.global_clipnorm = None if clipnorm is None else float(clipnorm)
-        if optimizer == "auto":
-            optimizer = bert_adamw(self.learning_rate, self.weight_decay, self.epsilon,
-                                   bias_corrected_epsilon=settings["bias_corrected_epsilon"])
-            optimizer.global_clipnorm = self.global_clipnorm
+        kept in the model's compile config, so that `save` and
+        `keras.models.load_model`, or `keras.models.clone_model`, give a
+        model that trains on as this one would."""
+        settings = recipe_settings(recipe, learning_rate=learning_rate, warmup=warmup, schedule=schedule,
+                                   epsilon=epsilon, weight_decay=weight_decay, global_clipnorm=global_clipnorm)
+        self._recipe = {"recipe": recipe, **{k: settings[k] for k in SETTINGS}}
+        by_default = isinstance(optimizer, str) and optimizer == "auto"
+        if by_default:
+            optimizer = bert_adamw(settings["learning_rate"], settings["weight_decay"], settings["epsilon"],
+                                   bias_corrected_epsilon=settings["bias_corrected_epsilon"], recipe=self._recipe)
+            optimizer.global_clipnorm = settings["global_clipnorm"]
             if self.backbone.token_embedding.dtype_policy.name == "mixed_float16":
                 # float16 gradients underflow without loss scaling.
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -171,22 +118,34 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             weighted_metrics=self.default_weighted_metrics() if weighted_metrics == "auto" else weighted_metrics,
             **kwargs,
         )
+        self._compiled_by_default = by_default
 
-    def get_compile_config(self):
-        config = super().get_compile_config()
-        if config is not None and hasattr(self, "learning_rate"):
-            config = {**config, "recipe": self.recipe, "learning_rate": self.learning_rate, "warmup": self.warmup,
-                      "schedule": self.schedule, "epsilon": self.epsilon, "weight_decay": self.weight_decay,
-                      "global_clipnorm": self.global_clipnorm}
-        return config
+    @property
+    def recipe(self):
+        """The compile recipe's name and settings (None before `compile`)."""
+        return dict(self._recipe) if getattr(self, "_recipe", None) else None
 
-    def _build_optimizer(self):
+    def compile_from_config(self, config):
+        """Compiles as `compile` did, from Keras' compile config (which
+        `save`, `load_model` and `clone_model` carry): the optimizer, whose
+        config holds the recipe where `compile` built it from one (so that
+        `fit` goes on setting its schedule over each run's steps; Keras then
+        loads its state), the loss and the metrics."""
+        config = keras.saving.deserialize_keras_object(config)
+        optimizer = config.get("optimizer")
+        recipe = getattr(getattr(optimizer, "inner_optimizer", optimizer), "recipe", None) or {}
+        self.compile(**config, **recipe)
+        self._compiled_by_default = bool(recipe)
+        if self.built:
+            self._build_optimizer(any_backend=True)
+
+    def _build_optimizer(self, any_backend=False):
         """Creates the optimizer's variables now, on TensorFlow without a
         strategy (Keras builds them under one): created inside the first
         traced train step instead, each variable's initialisation becomes a
         function of its own (about 210 for MiniLM's AdamW: 12 s of a
         profiled first `fit`, against 0.8 s here)."""
-        if self._tensorflow_without_strategy() and not self.optimizer.built:
+        if (any_backend or self._tensorflow_without_strategy()) and not self.optimizer.built:
             self.optimizer.build(self.trainable_variables)
 
     def _tensorflow_without_strategy(self):
@@ -201,25 +160,29 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         not train at the learning rate of 0 where the first one ended."""
         if not steps_per_epoch or steps_per_epoch < 0:
             return  # unknown length: keep the learning rate as it is
+        recipe = self.recipe
         total = steps_per_epoch * epochs
         # (`int` of a `tf.distribute` strategy's variable raises: read it as an array.)
-        steps = (total, warmup_steps(self.warmup, total), int(keras.ops.convert_to_numpy(self.optimizer.iterations)))
-        floor = SCHEDULE_FLOORS[self.schedule]
+        steps = (total, warmup_steps(recipe["warmup"], total),
+                 int(keras.ops.convert_to_numpy(self.optimizer.iterations)))
+        floor = SCHEDULE_FLOORS[recipe["schedule"]]
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # under a LossScaleOptimizer
         schedule = getattr(optimizer, "_learning_rate", None)
         if (self._tensorflow_without_strategy() and isinstance(schedule, WarmupLinearDecay)
-                and (schedule.peak, schedule.floor) == (self.learning_rate, floor)):
+                and (schedule.peak, schedule.floor) == (recipe["learning_rate"], floor)):
             # The traced train step reads the schedule's steps when it runs:
             # no new trace (30 s of a second `fit` of a MiniLM classifier).
             schedule.restart(*steps)
             return
-        self.optimizer.learning_rate = WarmupLinearDecay(self.learning_rate, *steps[:2], start_step=steps[2],
+        self.optimizer.learning_rate = WarmupLinearDecay(recipe["learning_rate"], *steps[:2], start_step=steps[2],
                                                          floor=floor)
         # Compiled train steps hold the previous schedule: trace them anew.
         self.train_function = None
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, validation_data=None,
-            shuffle=True, steps_per_epoch=None, **kwargs):
+    # === Raw text in ===
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, validation_split=0.0,
+            validation_data=None, shuffle=True, steps_per_epoch=None, **kwargs):
         """`fit()`, which also takes raw text: lists held in memory (texts,
         pairs of texts, word lists, questions and contexts, as the task
         takes them) or a batched `tf.data.Dataset` of them. Compiles with
@@ -229,42 +192,41 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         compile recipe's (`"bert"`: 32, `"trainer"`: 8) or, with kbert's,
         depends on the data: 32 from 8,000 examples, 16 from 4,000, 8
         below, so that an epoch holds about 250 steps or more (see
-        `default_batch_size`).
-        Raw text is shuffled in batches of similar lengths (see
-        `length_groups`)."""
+        `default_batch_size`). `validation_split` holds out the last
+        examples, as Keras does. Raw text is shuffled in batches of similar
+        lengths (see `length_groups`)."""
         if not self.compiled:
             self.compile()
-        if self._is_raw(x):
+        if task_inputs.is_raw(self, x):
             check_counts(x, y, sample_weight)
+            if validation_split:
+                (x, y, sample_weight), validation_data = task_inputs.split(x, y, sample_weight, validation_split)
             if isinstance(validation_data, tuple):
                 check_counts(*validation_data)
             examples = count_examples(x)
             if batch_size is None and examples is not None:
-                batch_size = RECIPES[self.recipe]["batch_size"] or default_batch_size(examples)
-            x = self._dataset(x, y, sample_weight, batch_size,
-                              shuffle=shuffle and not isinstance(x, tf.data.Dataset))
+                batch_size = RECIPES[self.recipe["recipe"]]["batch_size"] or default_batch_size(examples)
+            x = task_inputs.dataset(self, x, y, sample_weight, batch_size,
+                                    shuffle=shuffle and not isinstance(x, tf.data.Dataset))
             y = sample_weight = batch_size = None
-            shuffle = False  # done in the pipeline
+            validation_split, shuffle = 0.0, False  # done in the pipeline
             if isinstance(validation_data, tuple):
-                validation_data = self._dataset(*validation_data)
+                validation_data = task_inputs.dataset(self, *validation_data)
             elif validation_data is not None:
-                validation_data = self._dataset(validation_data)
+                validation_data = task_inputs.dataset(self, validation_data)
         if self._compiled_by_default:
             self._schedule_learning_rate(steps_per_epoch or steps(x, batch_size), epochs)
         self._build_optimizer()
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
-                           validation_data=validation_data, shuffle=shuffle,
+                           validation_split=validation_split, validation_data=validation_data, shuffle=shuffle,
                            steps_per_epoch=steps_per_epoch, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if not self.compiled:
             self.compile()
-        if self._is_raw(x):
+        if task_inputs.is_raw(self, x):
             check_counts(x, y, sample_weight)
-            order = self._length_order(x)
-            if order is not None:
-                x, y, sample_weight = (take(v, order) for v in (x, y, sample_weight))
-            x = self._dataset(x, y, sample_weight, batch_size)
+            x = task_inputs.dataset(self, x, y, sample_weight, batch_size, sort=True)
             y = sample_weight = batch_size = None
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
@@ -277,8 +239,7 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         preprocessing, traced once per model, and `predict_on_batch`: a
         `tf.data` pipeline would be traced and started anew at every call,
         which costs more than the model on a few texts. There, outputs per
-        token of batches padded to different lengths (to each batch's
-        longest text, or its bucket: see `_pads_to_longest`) are given at the
+        token of batches padded to different lengths are given at the
         longest length, the positions past a batch's own length set to 0
         (padding in either case).
 
@@ -287,45 +248,70 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
         model is distributed (a `tf.distribute` strategy of several
         replicas, or a `keras.distribution`), so that the batches are split
         over the devices."""
-        if not self._is_raw(x):
+        if not task_inputs.is_raw(self, x):
             return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
-        if (isinstance(x, tf.data.Dataset) or any(v is not None for v in kwargs.values()) or self._replicas() > 1
-                or keras.distribution.distribution() is not None):
-            return self._in_length_order(
-                x, lambda x: super(Task, self).predict(self._dataset(x, batch_size=batch_size), verbose=verbose,
-                                                       **kwargs))
-        preprocess = self._traced("predict",
-                                  lambda: self._padded_to_longest(lambda *batch: self._preprocess(*batch)[0]))
-        return self._in_length_order(x, lambda x: self._predict_raw(self._raw_slices(x), batch_size, verbose,
-                                                                    preprocess))
+        if (isinstance(x, tf.data.Dataset) or any(v is not None for v in kwargs.values())
+                or self._replicas() > 1 or keras.distribution.distribution() is not None):
+            return task_inputs.in_length_order(
+                self, x, lambda x: super(Task, self).predict(task_inputs.dataset(self, x, batch_size=batch_size),
+                                                             verbose=verbose, **kwargs))
+        return task_inputs.predict_in_memory(self, x, batch_size, verbose)
 
-    def _in_length_order(self, x, run):
-        """`run(x)` on raw input sorted by length (see `length_groups`), its
-        outputs given back in the input's order."""
-        order = self._length_order(x)
-        if order is None:
-            return run(x)
-        outputs = run(take(x, order))
-        unsort = np.argsort(order)
-        return keras.tree.map_structure(lambda v: v[unsort], outputs)
+    def _replicas(self):
+        """How many replicas the model's `tf.distribute` strategy runs (1 without one)."""
+        strategy = getattr(self, "distribute_strategy", None)
+        return 1 if strategy is None else strategy.num_replicas_in_sync
 
-    def _predict_raw(self, parts, batch_size, verbose, preprocess):
-        """The model's outputs on the rows of `parts` (see `_raw_slices`),
-        `preprocess`ed a batch at a time. A batch of examples may give more
-        rows of features (a question answerer's windows): they are run
-        `batch_size` rows at a time."""
-        batch_size = batch_size or 32
-        count = -(-int(tf.nest.flatten(parts)[0].shape[0]) // batch_size)
-        progress = keras.utils.Progbar(count, verbose=1 if verbose == "auto" else verbose) if verbose else None
-        outputs = []
-        for i, part in enumerate(slices(parts, batch_size)):
-            features = preprocess(*part)
-            outputs += [self._predict_batch(rows) for rows in slices(features, batch_size)]
-            if progress is not None:
-                progress.update(i + 1)
-        return keras.tree.map_structure(_concatenated, *outputs)
+    def predict_on_batch(self, x):
+        """`predict_on_batch()`, which also takes a batch of raw text."""
+        if task_inputs.is_raw(self, x):
+            x = task_inputs.features(self, x)
+        return super().predict_on_batch(x)
 
-    # === Config ===
+    def __call__(self, *args, **kwargs):
+        """The model's call; raw text held in memory (a list of texts, a pair
+        of lists...) is preprocessed first, as `predict_on_batch` does."""
+        if args and not isinstance(args[0], (dict, tf.data.Dataset)) and task_inputs.is_text_in_memory(args[0]):
+            if self.preprocessor is None:
+                raise ValueError(task_inputs.no_preprocessor(self))
+            args = (task_inputs.features(self, args[0]), *args[1:])
+        return super().__call__(*args, **kwargs)
+
+    # === Answers and export ===
+
+    def export(self, filepath, format="tf_saved_model", pairs=False, top_k=5, **kwargs):
+        """Exports a SavedModel for TF Serving that takes raw strings: the
+        task's preprocessing, model and postprocessing in one graph (the same
+        functions `fit` and `predict` use), run over a request in bounded
+        slices. Returns the version folder written.
+
+        Args:
+            filepath: `saved_models/<name>` (the next version number is
+                picked) or `saved_models/<name>/<version>`.
+            pairs: for a classifier of sentence pairs, or a `BertPretrainer`
+                asked for next-sentence probabilities: the signature takes
+                `text` and `text_pair`.
+            top_k: how many guesses a masked-LM export gives for each [MASK].
+
+        Without a preprocessor (or with another `format`), Keras' own export
+        of the id-taking model. Models trained on the JAX or PyTorch backend
+        are saved as a preset and exported by a TensorFlow process.
+        """
+        if self.preprocessor is None or format != "tf_saved_model":
+            return super().export(filepath, format=format, **kwargs)
+        return task_answers.export(self, filepath, pairs=pairs, top_k=top_k)
+
+    def serving_function(self, pairs=False, top_k=5, head=None):
+        """`(serve, input_signature, fills)` for the SavedModel writer: raw
+        strings in, the task's answers out, as TensorFlow ops."""
+        return task_answers.serving_function(self, pairs=pairs, top_k=top_k, head=head or self.head_settings())
+
+    def serving_weights_to_cast(self):
+        """The dense layers whose weights a served model stores cast to
+        their compute dtype (the backbone's encoder blocks')."""
+        return [layer for block in self.backbone.transformer_layers for layer in block.dense_layers()]
+
+    # === Config and presets ===
 
     def task_config(self):
         """The head's constructor arguments (no backbone, no preprocessor)."""
@@ -348,13 +334,47 @@ class Task(DistributedTraining, RawTextInput, Answering, TaskPresets, keras.Mode
             config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
 
+    def save_to_preset(self, folder):
+        """Writes backbone, head and vocabulary to `folder` in kbert's layout;
+        `from_preset(folder)` restores the model bit for bit, and
+        `BertBackbone.from_preset(folder)` its backbone."""
+        task_presets.save_task(self, folder)
 
-def _concatenated(*batches):
-    """Outputs of several batches as one array; dimensions past the first
-    that differ between batches (tokens of batches padded to different
-    lengths) are padded with 0 to the largest."""
-    batches = [np.asarray(v) for v in batches]
-    if len(batches) == 1:
-        return batches[0]
-    largest = np.max([v.shape[1:] for v in batches], axis=0) if batches[0].ndim > 1 else ()
-    return np.concatenate([np.pad(v, [(0, 0)] + [(0, n - m) for n, m in zip(largest, v.shape[1:])]) for v in batches])
+    @classmethod
+    def from_preset(cls, preset, sequence_length=None, **kwargs):
+        """Builds the task from a preset: a registered name (`"base"`, ...),
+        `"hf://owner/name"`, or a folder in Hugging Face's layout or kbert's.
+
+        The backbone's weights come from the preset, and so do the head's
+        when the preset has them: a Hugging Face checkpoint of this task
+        (`BertForSequenceClassification`, ...) or a kbert preset saved from
+        this task. Otherwise the head starts from its initialisation.
+
+        Args:
+            preset: the preset.
+            sequence_length: the preprocessor's packed length (default: the
+                preset's, at most 512).
+            **kwargs: the head's arguments (e.g. `num_classes`), backbone
+                settings that leave the architecture alone (`dropout`,
+                `dtype`, `packing`), and `preprocessor` to use instead of the
+                preset's (`None`: a model fed token ids). Any other argument
+                is refused, naming it: one that would change the architecture
+                fixed by the weights (`num_layers=3`), a typo (`dropuot`), a
+                `compile` or `fit` argument (`learning_rate`).
+        """
+        return task_presets.task_from_preset(cls, preset, sequence_length, kwargs)
+
+    @classmethod
+    def preset_preprocessor(cls, folder, sequence_length, backbone):
+        """The preprocessor `from_preset` builds from the preset's files."""
+        return task_presets.preset_preprocessor(cls, folder, sequence_length, backbone)
+
+    # Hugging Face's heads: `(variable, Hugging Face name, transform)` rows,
+    # empty for heads that Hugging Face has no checkpoint of; and the head's
+    # arguments read from such a checkpoint (e.g. num_classes).
+    def hf_head_table(self):
+        return []
+
+    @classmethod
+    def hf_head_config(cls, hf_config, tensors):
+        return {}

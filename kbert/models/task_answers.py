@@ -1,7 +1,9 @@
-"""A task's answers: its preprocessing, model and postprocessing as one
-TensorFlow path, run by the Python helpers (`entities`, `answer`,
-`fill_mask`) and exported as the SavedModel's serving function."""
+"""A task's answers: its preprocessor's answering (preprocessing and
+postprocessing), with the model between, as one TensorFlow path, run by the
+Python helpers (`entities`, `answer`, `fill_mask`, `classify`) and exported as
+the SavedModel's serving function."""
 
+import json
 import os
 import subprocess
 import sys
@@ -12,21 +14,47 @@ import numpy as np
 import tensorflow as tf
 
 from kbert import serving
+from kbert.models import task_inputs
 from kbert.text.pipeline import slices, text_tensor
 
 # A model trained on JAX or PyTorch is exported by a TensorFlow process that
-# loads it from a preset: argv is preset, path, pairs, top_k.
+# loads it from a preset: argv is the preset, the path and the JSON of the
+# export's arguments.
 _EXPORT_IN_TENSORFLOW = """
-import sys
+import json, sys
 from kbert.models.task_presets import load_task
-preset, path, pairs, top_k = sys.argv[1:]
-load_task(preset).export(path, pairs=pairs == "True", top_k=int(top_k))
+preset, path, arguments = sys.argv[1:]
+load_task(preset).export(path, **json.loads(arguments))
 """
 
 
-def serving_text(name="text"):
-    """The input signature of a batch of strings, named as the served input."""
-    return tf.TensorSpec([None], tf.string, name=name)
+def export(model, filepath, head=None, **arguments):
+    """`Task.export` for a model with a preprocessor (see there), its answers
+    read with `head` (default: the model's `head_settings()`); `arguments`
+    are the export's own (`pairs`, `top_k`, an embedder's `prompt`)."""
+    pairs, top_k = arguments.get("pairs", False), arguments.get("top_k", 5)
+    if pairs and not model.takes_pairs:
+        raise ValueError(f"pairs=True is for a model of sentence pairs; a {type(model).__name__} takes "
+                         "single texts: export it without pairs.")
+    path = serving.check_new_version(filepath)
+    if keras.backend.backend() != "tensorflow":
+        _export_through_tensorflow(model, path, arguments)
+        return path
+    serve, signature, fills = serving_function(model, pairs=pairs, top_k=top_k, head=head)
+    return serving.write(model, path, serve, signature, fills)
+
+
+def serving_function(model, pairs=False, top_k=5, head=None):
+    """`(serve, input_signature, fills)`: raw strings in, the task's answers
+    out, as TensorFlow ops."""
+    preprocess, postprocess, signature, fills = model.preprocessor.answering(
+        head or model.head_settings(), model.input_padding, pairs=pairs, top_k=top_k)
+
+    def serve(*inputs):
+        features, context = preprocess(*inputs)
+        return postprocess(model(features, training=False), context)
+
+    return serve, signature, fills
 
 
 def _decoded(value):
@@ -38,105 +66,35 @@ def _decoded(value):
     return value
 
 
-class Answering:
-    """The answering path of a task model (subclasses give `_answering`)."""
+def answers_in_slices(model, inputs, batch_size=32, pairs=False, top_k=5, head=None):
+    """What the exported model answers, computed here: a list of dicts of
+    numpy values, one per row of `inputs` (a tuple of lists of str)."""
+    if model.preprocessor is None:
+        raise ValueError(task_inputs.no_preprocessor(model))
+    head = head or model.head_settings()
+    # Traced once per model: eager tensorflow-text ops cost more than a
+    # small model's forward pass.
+    key = ("answers", model.input_padding, pairs, top_k, task_inputs._frozen(head))
+    preprocess, postprocess = (
+        task_inputs.traced(model.preprocessor, key + (i,), lambda i=i: model.preprocessor.answering(
+            head, model.input_padding, pairs=pairs, top_k=top_k)[i])
+        for i in (0, 1)
+    )
+    rows = []
+    for part in slices(text_tensor(tuple(inputs)), batch_size):
+        features, context = preprocess(*part)
+        outputs = keras.tree.map_structure(
+            lambda v: tf.convert_to_tensor(keras.ops.convert_to_numpy(v)), task_inputs.predict_batch(model, features))
+        answers = {k: v.numpy() for k, v in postprocess(outputs, context).items()}
+        rows += [{k: _decoded(v[i]) for k, v in answers.items()} for i in range(int(tf.shape(part[0])[0]))]
+    return rows
 
-    # Whether the task reads pairs of texts (an export with `pairs=True`).
-    takes_pairs = False
 
-    def export(self, filepath, format="tf_saved_model", pairs=False, top_k=5, **kwargs):
-        """Exports a SavedModel for TF Serving that takes raw strings: the
-        task's preprocessing, model and postprocessing in one graph (the same
-        functions `fit` and `predict` use), run over a request in bounded
-        slices. Returns the version folder written.
-
-        Args:
-            filepath: `saved_models/<name>` (the next version number is
-                picked) or `saved_models/<name>/<version>`.
-            pairs: for a classifier of sentence pairs, or a `BertPretrainer`
-                asked for next-sentence probabilities: the signature takes
-                `text` and `text_pair`.
-            top_k: how many guesses a masked-LM export gives for each [MASK].
-
-        Without a preprocessor (or with another `format`), Keras' own export
-        of the id-taking model. Models trained on the JAX or PyTorch backend
-        are saved as a preset and exported by a TensorFlow process.
-        """
-        if self.preprocessor is None or format != "tf_saved_model":
-            return super().export(filepath, format=format, **kwargs)
-        if pairs and not self.takes_pairs:
-            raise ValueError(f"pairs=True is for a model of sentence pairs; a {type(self).__name__} takes "
-                             "single texts: export it without pairs.")
-        path = serving.check_new_version(filepath)
-        if keras.backend.backend() != "tensorflow":
-            self._export_through_tensorflow(path, pairs, top_k)
-            return path
-        serve, signature, fills = self.serving_function(pairs=pairs, top_k=top_k)
-        return serving.write(self, path, serve, signature, fills)
-
-    def _answering(self, pairs=False, top_k=5):
-        """The task's answering, as TensorFlow ops: `(preprocess, postprocess,
-        input_signature, fills)`. `preprocess(*strings)` gives the model's
-        features and what `postprocess(outputs, context)` needs besides the
-        model's outputs to give the answers, a dict of `[batch, ...]` tensors.
-        The exported model runs them in its graph, and the task's Python
-        helpers (`entities`, `answer`, `fill_mask`) run them around
-        `predict_on_batch` on any backend."""
-        raise NotImplementedError(f"kbert cannot export a {type(self).__name__} yet.")
-
-    def serving_function(self, pairs=False, top_k=5):
-        """`(serve, input_signature, fills)` for `kbert.serving.write`: raw
-        strings in, the task's answers out, as TensorFlow ops."""
-        preprocess, postprocess, signature, fills = self._answering(pairs=pairs, top_k=top_k)
-
-        def serve(*inputs):
-            features, context = preprocess(*inputs)
-            return postprocess(self(features, training=False), context)
-
-        return serve, signature, fills
-
-    def _predict_batch(self, features):
-        """The model's outputs on one batch of features (TensorFlow tensors,
-        handed over as numpy so that any backend takes them)."""
-        features = keras.tree.map_structure(lambda v: v.numpy(), features)
-        if self._replicas() > 1:
-            # predict_on_batch would run the whole batch on every replica and
-            # concatenate their outputs: one row per replica. (predict on many
-            # texts runs Keras' distributed loop instead.)
-            return keras.tree.map_structure(keras.ops.convert_to_numpy, self(features, training=False))
-        return self.predict_on_batch(features)
-
-    def _replicas(self):
-        """How many replicas the model's `tf.distribute` strategy runs (1
-        without one)."""
-        strategy = getattr(self, "distribute_strategy", None)
-        return 1 if strategy is None else strategy.num_replicas_in_sync
-
-    def _answers_in_slices(self, inputs, batch_size=32, pairs=False, top_k=5):
-        """What the exported model answers, computed here: a list of dicts of
-        numpy values, one per row of `inputs` (a tuple of lists of str)."""
-        if self.preprocessor is None:
-            raise ValueError(f"{type(self).__name__} needs a preprocessor to read text; build the model with one.")
-        # Traced once per model: eager tensorflow-text ops cost more than a
-        # small model's forward pass.
-        preprocess, postprocess = (
-            self._traced(("answers", i, pairs, top_k), lambda i=i: self._answering(pairs=pairs, top_k=top_k)[i])
-            for i in (0, 1)
-        )
-        rows = []
-        for part in slices(text_tensor(tuple(inputs)), batch_size):
-            features, context = preprocess(*part)
-            outputs = keras.tree.map_structure(
-                lambda v: tf.convert_to_tensor(keras.ops.convert_to_numpy(v)), self._predict_batch(features))
-            answers = {k: v.numpy() for k, v in postprocess(outputs, context).items()}
-            rows += [{k: _decoded(v[i]) for k, v in answers.items()} for i in range(int(tf.shape(part[0])[0]))]
-        return rows
-
-    def _export_through_tensorflow(self, path, pairs, top_k):
-        with tempfile.TemporaryDirectory() as preset:
-            self.save_to_preset(preset)
-            command = [sys.executable, "-c", _EXPORT_IN_TENSORFLOW, preset, path, str(pairs), str(top_k)]
-            result = subprocess.run(command, env={**os.environ, "KERAS_BACKEND": "tensorflow"},
-                                    capture_output=True, text=True)
-        if result.returncode:
-            raise RuntimeError(f"Exporting through a TensorFlow process failed:\n{result.stderr[-3000:]}")
+def _export_through_tensorflow(model, path, arguments):
+    with tempfile.TemporaryDirectory() as preset:
+        model.save_to_preset(preset)
+        command = [sys.executable, "-c", _EXPORT_IN_TENSORFLOW, preset, path, json.dumps(arguments)]
+        result = subprocess.run(command, env={**os.environ, "KERAS_BACKEND": "tensorflow"},
+                                capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"Exporting through a TensorFlow process failed:\n{result.stderr[-3000:]}")

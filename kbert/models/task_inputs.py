@@ -1,182 +1,265 @@
-"""Raw text into a task model: what `fit`, `evaluate` and `predict` do with
-strings before the model sees them (the `Task` base's input pipeline)."""
+"""Raw text into a task model: the batched `tf.data` pipelines and batches
+that `fit`, `evaluate`, `predict` and the model's call make of strings with
+the task's preprocessor (`model.preprocessor`), padded and grouped by length
+as the model's `input_padding` and `length_groups` say."""
 
-import contextlib
-import json
+import weakref
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.text.pipeline import map_batches, text_tensor, without_autotune
+from kbert.text.pipeline import map_batches, slices, take, without_autotune
 
 
-class RawTextInput:
-    """Turns raw input (texts, pairs, labels) into batched, preprocessed
-    `tf.data` pipelines, padded and grouped by length as the task's
-    `input_padding` and `length_groups` say."""
+def is_text_in_memory(x):
+    """Whether `x` is raw text held in memory: a list or array of strings
+    (or of word lists), or a tuple of such lists."""
+    if isinstance(x, (str, bytes)):
+        return True
+    if isinstance(x, tuple):
+        return bool(x) and all(is_text_in_memory(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "USO"
+    if isinstance(x, list):
+        return bool(x) and isinstance(x[0], (str, bytes, list, tuple))
+    return False
 
-    # Subclasses with other raw inputs (words, question/context pairs,
-    # next-sentence pairs) override `_is_raw`, `_dataset` or `_preprocess`.
 
-    def _is_raw(self, x):
-        """Whether `x` is text for the preprocessor (not ids already)."""
-        if self.preprocessor is None or x is None:
-            return False
-        if isinstance(x, tf.data.Dataset):
-            spec = x.element_spec
-            first = spec[0] if isinstance(spec, tuple) and len(spec) and not self._is_text_spec(spec) else spec
-            return self._is_text_spec(first)
-        return not isinstance(x, dict)
+def is_raw(model, x):
+    """Whether `x` is raw input for the model's preprocessor (not features
+    already); raw text given to a model without one is refused, saying how
+    to add one."""
+    if model.preprocessor is None:
+        if is_text_in_memory(x) or (isinstance(x, tf.data.Dataset) and _string_spec(x.element_spec)):
+            raise ValueError(no_preprocessor(model))
+        return False
+    return model.preprocessor.is_raw(x)
 
-    @staticmethod
-    def _is_text_spec(spec):
-        specs = spec if isinstance(spec, tuple) else (spec,)
-        return all(isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in specs)
 
-    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
-        """A batched, preprocessed `tf.data.Dataset` from raw text input."""
-        if isinstance(x, tf.data.Dataset):
-            spec = x.element_spec
-            # A dataset of unlabeled pairs yields (texts_a, texts_b).
-            pairs = isinstance(spec, tuple) and len(spec) == 2 and self._is_text_spec(spec)
-            return map_batches(x, self._traced_preprocess(pairs=pairs))
-        parts = self._raw_slices(x, y, sample_weight)
-        dataset = tf.data.Dataset.from_tensor_slices(parts)
-        if shuffle:
-            dataset = self._shuffled_batches(dataset, parts[0], batch_size or 32)
+def no_preprocessor(model):
+    name = type(model).__name__
+    return (f"This {name} has no preprocessor, so it takes token ids (a dict of token_ids, segment_ids and "
+            f"padding_mask), not text. To give it text, build it with one: {name}.from_preset(preset, ...) "
+            f"keeps the preset's, or pass preprocessor={model.preprocessor_class.__name__}.from_preset(preset, "
+            "sequence_length=128).")
+
+
+def _string_spec(spec):
+    return any(getattr(s, "dtype", None) == tf.string for s in tf.nest.flatten(spec))
+
+
+def padding(model):
+    """How `fit`, `evaluate` and `predict` pad raw text: with
+    `input_padding="bucket"`, to each batch's longest text wherever a new
+    shape costs no compilation (TensorFlow traces its steps with relaxed
+    shapes, PyTorch runs eagerly); under JAX, or where the steps compile
+    with XLA (`jit_compile`), which compile every shape, to the buckets,
+    which bound the compilations.
+
+    Sorted by length (predict, evaluate, fit's groups), a batch then carries
+    almost no padding: MR sentences in batches of 32, 1.004 tokens a real
+    token against 1.20 in buckets. The outputs are the same."""
+    if model.input_padding == "bucket" and keras.backend.backend() != "jax" and not model.jit_compile:
+        return "longest"
+    return model.input_padding
+
+
+# The traced batch functions of each preprocessor, by what they were built
+# for: tracing the tokenizer into every new pipeline again took seconds a call.
+_TRACED = weakref.WeakKeyDictionary()
+
+
+def traced(preprocessor, key, build):
+    """`build()`'s function as a `tf.function` traced once per
+    preprocessor and `key` (what it was built for: the kind of function,
+    the padding, the task's settings, the input's structure)."""
+    functions = _TRACED.setdefault(preprocessor, {})
+    if key not in functions:
+        functions[key] = tf.function(build(), reduce_retracing=True, autograph=False)
+    return functions[key]
+
+
+def traced_functions(preprocessor):
+    """`{key: tf.function}`: the functions traced for `preprocessor` so far."""
+    return dict(_TRACED.get(preprocessor, {}))
+
+
+def _frozen(value):
+    """`value` (the task's settings: dicts, lists, numbers, strings) hashable."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _structure(spec):
+    return tf.nest.map_structure(lambda s: (type(s).__name__, s.dtype.name), spec)
+
+
+def batch_function(model, pad_to, dataset_spec=None, structure=None):
+    """The model's preprocessing of a batch, traced once for these settings."""
+    preprocessor, head = model.preprocessor, model.head_settings()
+    key = ("batches", pad_to, _frozen(head), _structure(dataset_spec) if dataset_spec is not None else structure)
+    return traced(preprocessor, key, lambda: preprocessor.batch_function(head, pad_to, dataset_spec))
+
+
+def dataset(model, x, y=None, sample_weight=None, batch_size=None, shuffle=False, sort=False):
+    """A batched, preprocessed `tf.data.Dataset` from raw input; `shuffle`:
+    in batches of similar lengths (`length_groups`), for `fit`; `sort`: in
+    order of length, for `evaluate`."""
+    pad_to = padding(model)
+    if isinstance(x, tf.data.Dataset):
+        if _unbatched(x.element_spec, model.preprocessor):
+            raise ValueError("Got an unbatched tf.data.Dataset of text: batch it first, e.g. dataset.batch(32).")
+        return map_batches(x, batch_function(model, pad_to, dataset_spec=x.element_spec))
+    preprocessor = model.preprocessor
+    examples = preprocessor.examples(x, y, sample_weight, model.head_settings())
+    batch_size = batch_size or 32
+    lengths = preprocessor.lengths(examples) if _groups(model, pad_to) and (shuffle or sort) else None
+    if lengths is not None and sort:
+        examples = tf.nest.map_structure(lambda t: tf.gather(t, np.argsort(lengths, kind="stable")), examples)
+    rows = tf.data.Dataset.from_tensor_slices(examples)
+    preprocess = batch_function(model, pad_to, structure=len(examples))
+    if getattr(preprocessor, "rows_per_example", 1) != 1:
+        return _windows(rows, preprocess, batch_size, shuffle)
+    if shuffle and lengths is not None:
+        batches = _grouped_batches(rows, lengths, batch_size, model.length_groups)
+    elif shuffle:
+        batches = rows.shuffle(int(rows.cardinality()), reshuffle_each_iteration=True).batch(batch_size)
+    else:
+        batches = rows.batch(batch_size)
+    return without_autotune(map_batches(batches, preprocess))
+
+
+def _unbatched(spec, preprocessor):
+    """Whether a dataset of raw input yields single examples, not batches."""
+    first = spec[0] if isinstance(spec, tuple) else spec
+    rank = getattr(first, "shape", tf.TensorShape(None)).rank
+    return preprocessor.batched_rank is not None and rank is not None and rank < preprocessor.batched_rank
+
+
+def _groups(model, pad_to):
+    return bool(model.length_groups) and pad_to != "sequence_length"
+
+
+def _grouped_batches(rows, lengths, batch_size, length_groups):
+    """Shuffled batches for `fit`, each of texts of similar lengths: runs of
+    `length_groups` batches sorted by length, then the batches shuffled."""
+    size = int(rows.cardinality())
+    rows = tf.data.Dataset.zip(rows, tf.data.Dataset.from_tensor_slices(lengths))
+    rows = rows.shuffle(size, reshuffle_each_iteration=True).batch(batch_size * length_groups)
+
+    def sorted_batches(parts, lengths):
+        order = tf.argsort(lengths, stable=True)
+        parts = tf.nest.map_structure(lambda t: tf.gather(t, order), parts)
+        return tf.data.Dataset.from_tensor_slices(parts).batch(batch_size)
+
+    batches = rows.flat_map(sorted_batches).shuffle(length_groups, reshuffle_each_iteration=True)
+    return batches.apply(tf.data.experimental.assert_cardinality(-(-size // batch_size)))
+
+
+def _windows(rows, preprocess, batch_size, shuffle):
+    """Batches of the rows that each example gives several of (a question
+    answerer's windows), counted once so that `fit` knows its steps."""
+    windows = without_autotune(map_batches(rows.batch(batch_size), preprocess)).unbatch()
+    if shuffle:
+        # Made once (the count fills the cache) and shuffled all together
+        # each epoch, as transformers' run_qa shuffles its features: the
+        # windows of one context then land in different batches.
+        windows = windows.cache()
+    count = int(windows.reduce(np.int64(0), lambda n, _: n + 1))
+    if shuffle:
+        windows = windows.shuffle(max(count, 1), reshuffle_each_iteration=True)
+    batches = windows.batch(batch_size).apply(tf.data.experimental.assert_cardinality(-(-count // batch_size)))
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def split(x, y, sample_weight, validation_split):
+    """`validation_split` of raw input in memory, as Keras splits arrays: the
+    last examples held out, before any shuffling. Returns `((x, y,
+    sample_weight), validation_data)`."""
+    count = len(x[0]) if isinstance(x, tuple) else len(x)
+    kept = int(count * (1 - validation_split))
+    if not 0 < kept < count:
+        raise ValueError(f"validation_split={validation_split} leaves no examples on one side of {count}; "
+                         "use a value in (0, 1) that keeps at least one example on each side.")
+    head, tail = np.arange(kept), np.arange(kept, count)
+    training = tuple(take(v, head) if v is not None else None for v in (x, y, sample_weight))
+    validation = tuple(take(v, tail) for v in (x, y, sample_weight) if v is not None)
+    return training, validation
+
+
+def features(model, x):
+    """One batch of raw text held in memory as the model's features (numpy,
+    which any backend takes), padded to its longest text."""
+    examples = model.preprocessor.examples(x, head=model.head_settings())
+    batch = batch_function(model, "longest", structure=len(examples))(*examples)
+    return keras.tree.map_structure(lambda v: v.numpy(), batch[0])
+
+
+def in_length_order(model, x, run):
+    """`run(x)` on raw input sorted by length (see `length_groups`), its
+    outputs given back in the input's order."""
+    if isinstance(x, tf.data.Dataset) or not _groups(model, padding(model)):
+        return run(x)
+    lengths = model.preprocessor.lengths(model.preprocessor.examples(x, head=model.head_settings()))
+    if lengths is None:
+        return run(x)
+    order = np.argsort(lengths, kind="stable")
+    outputs = run(take(x, order))
+    unsort = np.argsort(order)
+    return keras.tree.map_structure(lambda v: v[unsort], outputs)
+
+
+def predict_in_memory(model, x, batch_size, verbose, preprocess=None):
+    """The model's outputs on raw input held in memory, sorted by length,
+    preprocessed a batch at a time by a function traced once (`preprocess`
+    of a batch of examples' rows to features, default the model's), and run
+    with `predict_on_batch`. A batch of examples may give more rows of
+    features (a question answerer's windows): they are run `batch_size`
+    rows at a time."""
+    batch_size = batch_size or 32
+
+    def run(x):
+        examples = model.preprocessor.examples(x, head=model.head_settings())
+        if preprocess is None:
+            batches = batch_function(model, padding(model), structure=len(examples))
+            features = lambda *part: batches(*part)[0]  # noqa: E731
         else:
-            dataset = dataset.batch(batch_size or 32)
-        return without_autotune(map_batches(dataset, self._traced_preprocess()))
+            features = preprocess
+        count = -(-int(tf.nest.flatten(examples)[0].shape[0]) // batch_size)
+        progress = keras.utils.Progbar(count, verbose=1 if verbose == "auto" else verbose) if verbose else None
+        outputs = []
+        for i, part in enumerate(slices(examples, batch_size)):
+            outputs += [predict_batch(model, rows) for rows in slices(features(*part), batch_size)]
+            if progress is not None:
+                progress.update(i + 1)
+        return keras.tree.map_structure(concatenated, *outputs)
 
-    # Whether `_traced_preprocess` may trace once per model (see `_traced`).
-    _preprocess_traced_once = True
+    return in_length_order(model, x, run)
 
-    def _traced_preprocess(self, pairs=False):
-        """`_preprocess` for the map of each `tf.data` pipeline that `fit` and
-        `evaluate` build, traced once per model: tracing the tokenizer into
-        every new pipeline again took seconds a call. `pairs`: for a dataset
-        of unlabeled pairs, which yields `(texts_a, texts_b)`."""
-        preprocess = (lambda a, b: self._preprocess((a, b))) if pairs else self._preprocess
-        if not self._preprocess_traced_once:
-            return preprocess
-        return self._traced("pair_batches" if pairs else "batches", lambda: self._padded_to_longest(preprocess))
 
-    def _raw_slices(self, x, y=None, sample_weight=None):
-        """Raw input held in memory as the tensors whose rows are the
-        examples: `(texts[, label ids][, sample weights])`, `texts` a tuple of
-        two where the examples are pairs. Kept a tuple even without labels, so
-        that a pair of texts is never mistaken for (texts, labels). Batches of
-        its rows are what `_preprocess` takes."""
-        x = text_tensor(x)
-        if y is not None:
-            y = self._label_ids(np.asarray(y))
-        return (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
+def predict_batch(model, features):
+    """The model's outputs on one batch of features (TensorFlow tensors,
+    handed over as numpy so that any backend takes them)."""
+    features = keras.tree.map_structure(lambda v: v.numpy() if hasattr(v, "numpy") else v, features)
+    if model._replicas() > 1:
+        # predict_on_batch would run the whole batch on every replica and
+        # concatenate their outputs: one row per replica. (predict on many
+        # texts runs Keras' distributed loop instead.)
+        return keras.tree.map_structure(keras.ops.convert_to_numpy, model(features, training=False))
+    return model.predict_on_batch(features)
 
-    def _shuffled_batches(self, dataset, texts, batch_size):
-        """Shuffled batches for `fit`, grouped by length (see `length_groups`)."""
-        size = int(dataset.cardinality())
-        if not self.length_groups or self.input_padding == "sequence_length":
-            return dataset.shuffle(size, reshuffle_each_iteration=True).batch(batch_size)
-        dataset = tf.data.Dataset.zip(dataset, tf.data.Dataset.from_tensor_slices(self._text_lengths(texts)))
-        dataset = dataset.shuffle(size, reshuffle_each_iteration=True).batch(batch_size * self.length_groups)
 
-        def sorted_batches(parts, lengths):
-            order = tf.argsort(lengths, stable=True)
-            parts = tf.nest.map_structure(lambda t: tf.gather(t, order), parts)
-            return tf.data.Dataset.from_tensor_slices(parts).batch(batch_size)
+def concatenated(*batches):
+    """Outputs of several batches as one array; dimensions past the first
+    that differ between batches (tokens of batches padded to different
+    lengths) are padded with 0 to the largest."""
+    batches = [np.asarray(v) for v in batches]
+    if len(batches) == 1:
+        return batches[0]
+    largest = np.max([v.shape[1:] for v in batches], axis=0) if batches[0].ndim > 1 else ()
+    return np.concatenate([np.pad(v, [(0, 0)] + [(0, n - m) for n, m in zip(largest, v.shape[1:])]) for v in batches])
 
-        dataset = dataset.flat_map(sorted_batches).shuffle(self.length_groups, reshuffle_each_iteration=True)
-        return dataset.apply(tf.data.experimental.assert_cardinality(-(-size // batch_size)))
-
-    def _text_lengths(self, texts):
-        """Tokens in each text (or pair) of raw input."""
-        texts = text_tensor(texts)
-        tokenizer = self.preprocessor.tokenizer
-        return sum(tokenizer(t).row_lengths().numpy() for t in (texts if isinstance(texts, tuple) else (texts,)))
-
-    def _length_order(self, x):
-        """The order that sorts raw text input by length, or None where the
-        input is a dataset or grouping is off."""
-        if not self.length_groups or self.input_padding == "sequence_length" or isinstance(x, tf.data.Dataset):
-            return None
-        return np.argsort(self._text_lengths(x), kind="stable")
-
-    def _batch_preprocessor(self):
-        """The preprocessor that fit/evaluate/predict use on raw text: padding
-        as `input_padding` says (a new packer on the same tokenizer; called
-        only when a dataset's map is traced), or to each batch's longest
-        text inside `_longest_padding` (see `_pads_to_longest`)."""
-        padding = "longest" if vars(self).get("_to_longest") and self._pads_to_longest() else self.input_padding
-        return self.preprocessor.with_padding(padding)
-
-    def _pads_to_longest(self):
-        """Whether `input_padding="bucket"` pads the batches of `fit`,
-        `evaluate` and `predict` on raw text to their longest text instead of
-        its bucket: wherever a new shape costs no compilation (TensorFlow
-        traces its steps with relaxed shapes, PyTorch runs eagerly); not
-        under JAX, nor where the steps compile with XLA (`jit_compile`),
-        which compile every shape: there the buckets bound the compilations.
-
-        Sorted by length (predict, evaluate, fit's groups), a batch then
-        carries almost no padding: MR sentences in batches of 32, 1.004
-        tokens a real token against 1.20 in buckets. The outputs are the
-        same."""
-        return self.input_padding == "bucket" and keras.backend.backend() != "jax" and not self.jit_compile
-
-    @contextlib.contextmanager
-    def _longest_padding(self):
-        """Inside it, `_batch_preprocessor` pads each batch to its longest
-        text where `_pads_to_longest`."""
-        object.__setattr__(self, "_to_longest", True)  # outside Keras' tracking of attributes
-        try:
-            yield
-        finally:
-            object.__setattr__(self, "_to_longest", False)
-
-    def _padded_to_longest(self, function):
-        """`function`, run (and so traced by `tf.function`) inside `_longest_padding`."""
-
-        def padded_to_longest(*args):
-            with self._longest_padding():
-                return function(*args)
-
-        return padded_to_longest
-
-    def _preprocess(self, x, *rest):
-        return (self._batch_preprocessor()(x), *rest)
-
-    def _traced(self, name, build):
-        """The function `build()` gives, as a `tf.function` traced once for
-        this task model's settings: its preprocessor, `input_padding` (and
-        `_pads_to_longest`) and head settings (`task_config`: class names, a
-        question answerer's stride, an embedder's prompts...), built and
-        traced anew where any of them changes. Kept outside Keras' tracking
-        of attributes, so that saving and exporting never see it."""
-        cache = vars(self).get("_traced_functions")
-        if cache is None:
-            cache = {}
-            object.__setattr__(self, "_traced_functions", cache)
-        settings = (self.input_padding, self._pads_to_longest(),
-                    json.dumps(self.task_config(), sort_keys=True, default=str))
-        entry = cache.get(name)
-        if entry is None or entry[0] is not self.preprocessor or entry[1] != settings:
-            function = tf.function(build(), reduce_retracing=True, autograph=False)
-            entry = cache[name] = (self.preprocessor, settings, function)
-        return entry[2]
-
-    def _label_ids(self, y):
-        """Labels as ids: names are looked up in `class_names` when the task has them."""
-        if y.dtype.kind not in "USO":
-            return y
-        names = getattr(self, "class_names", None)
-        if not names:
-            raise ValueError(
-                f"The labels are strings (e.g. {y.flat[0]!r}); give the model class_names=[...] "
-                "to map them, or pass label ids 0, 1, ..."
-            )
-        index = {name: i for i, name in enumerate(names)}
-        unknown = sorted({str(v) for v in y.flat} - set(index))
-        if unknown:
-            raise ValueError(f"Labels {unknown[:5]} are not among class_names {names}.")
-        return np.vectorize(index.__getitem__, otypes=["int32"])(y.astype(str))

@@ -1,16 +1,18 @@
-"""BertPreprocessor: raw text in, BERT's packed model inputs out, as TensorFlow ops."""
+"""BertPreprocessor: raw text in, BERT's packed model inputs out, as TensorFlow
+ops; the base of each task's preprocessor (`kbert.text.task_preprocessors`)."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 
+from kbert.text import pipeline
 from kbert.text.offsets import cut_after_words
 from kbert.text.packing import SegmentPacker
 from kbert.text.tokenizer import BertTokenizer
 
 
-# Registered so that a task model's `get_config()` can hold its preprocessor.
 @keras.saving.register_keras_serializable(package="kbert")
-class BertPreprocessor(tf.Module):
+class BertPreprocessor(keras.layers.Layer):
     """Tokenizes text and packs it into `token_ids`, `segment_ids` and `padding_mask`.
 
     Gives the same ids as Hugging Face's `BertTokenizerFast(texts_a, texts_b,
@@ -37,6 +39,19 @@ class BertPreprocessor(tf.Module):
     `(x, y, sample_weight)` with `x` preprocessed. A dataset of unlabeled pairs
     therefore needs `dataset.map(lambda a, b: preprocessor((a, b)))`.
 
+    It is a Keras layer without weights, so that a task model saves, loads
+    and clones with it (`model.preprocessor`), but it runs TensorFlow ops on
+    strings whatever the Keras backend: calling it skips Keras' layer call
+    (which would convert its inputs to the backend's arrays).
+
+    A task model reads raw input through its preprocessor's methods:
+    `is_raw`, `examples` (input held in memory, checked, as tensors whose
+    rows are examples), `lengths`, `batch_function` (a batch of those rows
+    to features, labels and weights) and `answering` (what the exported
+    model and the task's helpers run). Each task's preprocessor
+    (`kbert.text.task_preprocessors`) gives its own; this one reads texts or
+    pairs of texts, with labels given as they are.
+
     Example:
     >>> preprocessor = BertPreprocessor.from_preset("tiny", sequence_length=16)
     >>> preprocessor(("The cat sat.", "It was tired."))["token_ids"]
@@ -51,8 +66,11 @@ class BertPreprocessor(tf.Module):
         truncation="longest_first",
         pad_to="sequence_length",
         pad_to_multiple_of=None,
+        **kwargs,
     ):
-        super().__init__(name="bert_preprocessor")
+        kwargs.setdefault("name", "bert_preprocessor")
+        super().__init__(**kwargs)
+        self.built = True  # no weights
         self.tokenizer = tokenizer
         self.packer = SegmentPacker(
             cls_id=tokenizer.cls_id,
@@ -75,17 +93,35 @@ class BertPreprocessor(tf.Module):
         """
         return cls(BertTokenizer.from_preset(preset), sequence_length=sequence_length, **kwargs)
 
+    @classmethod
+    def from_preprocessor(cls, preprocessor):
+        """`preprocessor` as this class: the same tokenizer and packing (a
+        task model given a plain `BertPreprocessor` reads its input through
+        its own preprocessor class)."""
+        if preprocessor is None or type(preprocessor) is cls:
+            return preprocessor
+        if not isinstance(preprocessor, BertPreprocessor):
+            raise TypeError(
+                f"preprocessor={preprocessor!r}: give a kbert.BertPreprocessor (or {cls.__name__}), "
+                f"e.g. {cls.__name__}.from_preset(preset, sequence_length=128), or None for a model fed token ids."
+            )
+        config = preprocessor.get_config()
+        config.pop("tokenizer")
+        config.pop("name", None)
+        return cls(preprocessor.tokenizer, **_packing_config(config))
+
     def with_padding(self, pad_to):
         """This preprocessor (the same tokenizer) padding as `pad_to` says."""
         if pad_to == self.packer.pad_to:
             return self
         config = self.packer.get_config()
-        return BertPreprocessor(
+        return type(self)(
             self.tokenizer,
             sequence_length=config["sequence_length"],
             truncation=config["truncation"],
             pad_to=pad_to,
             pad_to_multiple_of=config["pad_to_multiple_of"] if pad_to == "longest" else None,
+            name=self.name,
         )
 
     @property
@@ -96,7 +132,7 @@ class BertPreprocessor(tf.Module):
         config = self.packer.get_config()
         for key in ("cls_id", "sep_id", "pad_id"):
             del config[key]
-        return {"tokenizer": self.tokenizer.get_config(), **config}
+        return {"name": self.name, "tokenizer": self.tokenizer.get_config(), **config}
 
     @classmethod
     def from_config(cls, config):
@@ -105,6 +141,86 @@ class BertPreprocessor(tf.Module):
         if isinstance(tokenizer, dict):
             tokenizer = BertTokenizer.from_config(tokenizer)
         return cls(tokenizer, **config)
+
+    # === Raw input of a task: texts, or pairs of texts ===
+
+    # The rank of a batch of raw input in a `tf.data.Dataset` (a batch of
+    # texts: 1); None where it has no one rank.
+    batched_rank = 1
+    # How many rows of features an example gives (None: it varies).
+    rows_per_example = 1
+
+    def is_raw(self, x):
+        """Whether `x` is raw input for this preprocessor (not features
+        already): texts or pairs held in memory, or a `tf.data.Dataset` of
+        them (alone, or first in `(x, y[, sample_weight])` elements)."""
+        if x is None or isinstance(x, dict):
+            return False
+        if isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            if isinstance(spec, tuple) and spec and not _all_text(spec):
+                spec = spec[0]
+            return _all_text(spec)
+        return True
+
+    def examples(self, x, y=None, sample_weight=None, head=None):
+        """Raw input held in memory, checked, as the tensors whose rows are
+        the examples: `(texts[, labels][, sample weights])`, texts a tuple of
+        two where the examples are pairs. Kept a tuple even without labels,
+        so that a pair of texts is never mistaken for (texts, labels).
+        `head`: the task's settings (`Task.head_settings`)."""
+        x = pipeline.text_tensor(x)
+        if y is not None:
+            y = self.label_ids(np.asarray(y), head)
+        return (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
+
+    def label_ids(self, y, head=None):
+        """Labels held in memory as the model's targets (here: as given)."""
+        return y
+
+    def lengths(self, examples):
+        """The tokens in each example of `examples` (as `examples` gives
+        them), so that batches can hold texts of similar lengths; None where
+        the task keeps its examples in their order."""
+        texts = examples[0]
+        return sum(self.tokenizer(t).row_lengths().numpy() for t in (texts if isinstance(texts, tuple) else (texts,)))
+
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+        """The function that a batch of examples goes through in `tf.data`:
+        rows of `examples` (or the elements of a batched dataset of raw
+        input, whose `element_spec` is `dataset_spec`) to `(features[,
+        labels][, sample weights])`, padded as `pad_to` says (default: this
+        preprocessor's `pad_to`)."""
+        preprocessor = self.with_padding(pad_to or self.packer.pad_to)
+        if dataset_spec is not None and isinstance(dataset_spec, tuple) and len(dataset_spec) == 2 \
+                and _all_text(dataset_spec):
+            return lambda a, b: preprocessor((a, b))  # a dataset of unlabeled pairs: (texts_a, texts_b)
+        labels = self.dataset_labels(head) if dataset_spec is not None else None
+
+        def batch(x, *rest):
+            if labels is not None and rest:
+                rest = (labels(rest[0]), *rest[1:])
+            return (preprocessor(x), *rest)
+
+        return batch
+
+    def dataset_labels(self, head=None):
+        """For a `tf.data` of raw input: a function of a batch of labels as
+        the dataset gives them to the model's targets; None: as they are."""
+        return None
+
+    def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
+        """The task's answers as TensorFlow ops, shared by the exported
+        model and the task's Python helpers: `(preprocess, postprocess,
+        input_signature, fills)`. `preprocess(*strings)` gives the model's
+        features and what `postprocess(outputs, context)` needs besides the
+        model's outputs to give the answers, a dict of `[batch, ...]`
+        tensors; `fills` pads each answer where slices of a request differ
+        in their inner dimensions."""
+        raise NotImplementedError(
+            f"{type(self).__name__} gives no answers; build the task model with its own preprocessor "
+            "(e.g. kbert.BertClassifierPreprocessor), or export it without one."
+        )
 
     def _tokenize(self, texts):
         # Text far past what a sequence holds is cut before WordPiece reads
@@ -157,6 +273,20 @@ class BertPreprocessor(tf.Module):
         if sample_weight is None:
             return x, y
         return x, y, sample_weight
+
+
+def serving_text(name="text"):
+    """The input signature of a batch of strings, named as the served input."""
+    return tf.TensorSpec([None], tf.string, name=name)
+
+
+def _all_text(spec):
+    specs = spec if isinstance(spec, tuple) else (spec,)
+    return all(isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in specs)
+
+
+def _packing_config(config):
+    return {k: config[k] for k in ("sequence_length", "truncation", "pad_to", "pad_to_multiple_of") if k in config}
 
 
 def _as_strings(texts):

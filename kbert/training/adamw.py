@@ -44,6 +44,26 @@ class GlobalBatchGradients:
             return grads_and_vars
         return super()._all_reduce_sum_gradients(grads_and_vars)
 
+    # The names excluded from weight decay (`exclude_from_weight_decay(var_names=...)`)
+    # are kept in the config, so that a model saved and loaded (or cloned)
+    # trains on with the same decay: Keras' optimizers forget them.
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
+        self._no_decay_names = sorted(set(var_names or ()))
+
+    def get_config(self):
+        return {**super().get_config(), "exclude_from_weight_decay_names": getattr(self, "_no_decay_names", [])}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        names = config.pop("exclude_from_weight_decay_names", None)
+        optimizer = super().from_config(config, custom_objects=custom_objects)
+        if names:
+            optimizer.exclude_from_weight_decay(var_names=names)
+        return optimizer
+
 
 @keras.saving.register_keras_serializable(package="kbert")
 class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
@@ -71,6 +91,9 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     take Keras' update.
 
     Args: as `keras.optimizers.AdamW`, and
+        recipe: the fine-tuning recipe's name and settings, where a task
+            model's `compile` made this optimizer from one (see
+            `kbert.training.recipes`).
         bias_corrected_epsilon: where epsilon is added. False: Keras', to the
             root of the second moment before its bias correction (the Adam
             paper's "epsilon hat"), where it weighs `1 / sqrt(1 - beta_2**t)`
@@ -80,12 +103,17 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
             gives the same updates as PyTorch's.
     """
 
-    def __init__(self, *args, bias_corrected_epsilon=False, **kwargs):
+    def __init__(self, *args, bias_corrected_epsilon=False, recipe=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.bias_corrected_epsilon = bool(bias_corrected_epsilon)
+        # The fine-tuning recipe a task model's `compile` built this
+        # optimizer from (`kbert.training.recipes`), kept in the config so
+        # that the model trains on as it would after `load_model` or
+        # `clone_model`.
+        self.recipe = dict(recipe) if recipe else None
 
     def get_config(self):
-        return {**super().get_config(), "bias_corrected_epsilon": self.bias_corrected_epsilon}
+        return {**super().get_config(), "bias_corrected_epsilon": self.bias_corrected_epsilon, "recipe": self.recipe}
 
     def _keras_epsilon(self, beta_2_power):
         """The epsilon that Keras' update adds for this one's."""

@@ -6,6 +6,7 @@ import torch
 import transformers
 
 import kbert
+from kbert.models import task_inputs
 from tests.helpers import random_inputs, to_numpy
 from tests.presets.test_huggingface_import import save_random_checkpoint
 
@@ -119,10 +120,15 @@ def test_fit_evaluate_predict_take_raw_strings_without_compile(fitted):
 MIXED_LENGTHS = [" ".join(["word"] * n) for n in (1, 25, 3, 12, 2, 28, 7, 5, 20, 1, 9, 14)]
 
 
+def traced(model):
+    """The preprocessing functions the model's preprocessor traced, for batches of examples."""
+    return [f for key, f in task_inputs.traced_functions(model.preprocessor).items() if key[0] == "batches"]
+
+
 def test_fit_batches_hold_similar_lengths_padded_to_their_longest_or_a_bucket(minilm_dir):
     model = tiny_classifier(minilm_dir)
     model.length_groups = 2
-    batches = list(model._dataset(MIXED_LENGTHS, [0, 1] * 6, batch_size=3, shuffle=True))
+    batches = list(task_inputs.dataset(model, MIXED_LENGTHS, [0, 1] * 6, batch_size=3, shuffle=True))
     assert len(batches) == 4 and sum(len(labels) for _, labels in batches) == 12
     for features, _ in batches:
         lengths = features["padding_mask"].numpy().sum(1)
@@ -134,7 +140,7 @@ def test_fit_batches_hold_similar_lengths_padded_to_their_longest_or_a_bucket(mi
             assert width == lengths.max()
     # Steps compiled by XLA compile each shape: buckets again.
     model.compile(jit_compile=True)
-    for features, _ in model._dataset(MIXED_LENGTHS, [0, 1] * 6, batch_size=3, shuffle=True):
+    for features, _ in task_inputs.dataset(model, MIXED_LENGTHS, [0, 1] * 6, batch_size=3, shuffle=True):
         assert features["token_ids"].shape[1] in (16, 24, 32)
     # Sorted within each group of 2 batches: the 6 shortest texts never
     # share a batch with the 6 longest of their group more than once.
@@ -149,12 +155,12 @@ def test_pipelines_over_text_in_memory_run_without_autotuning(minilm_dir):
     # autotuning off; a user's dataset keeps its options.
     model = tiny_classifier(minilm_dir)
     for shuffle in (True, False):
-        dataset = model._dataset(MIXED_LENGTHS, [0, 1] * 6, batch_size=3, shuffle=shuffle)
+        dataset = task_inputs.dataset(model, MIXED_LENGTHS, [0, 1] * 6, batch_size=3, shuffle=shuffle)
         assert dataset.options().autotune.enabled is False
     users = tf.data.Dataset.from_tensor_slices((MIXED_LENGTHS, [0, 1] * 6)).batch(3)
-    assert model._dataset(users).options().autotune.enabled is not False
+    assert task_inputs.dataset(model, users).options().autotune.enabled is not False
     # The pipeline still yields every example.
-    assert sum(len(labels) for _, labels in model._dataset(MIXED_LENGTHS, [0, 1] * 6, batch_size=5)) == 12
+    assert sum(len(labels) for _, labels in task_inputs.dataset(model, MIXED_LENGTHS, [0, 1] * 6, batch_size=5)) == 12
 
 
 def test_predict_and_evaluate_sorted_by_length_give_the_input_order(minilm_dir):
@@ -164,10 +170,10 @@ def test_predict_and_evaluate_sorted_by_length_give_the_input_order(minilm_dir):
     bucketed = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0)
     bucketed_loss = model.evaluate(MIXED_LENGTHS, labels, batch_size=4, verbose=0)
     # Each evaluate builds a new pipeline, on preprocessing traced once per model.
-    batches = model._traced_functions["batches"][2]
-    traces = batches.experimental_get_tracing_count()
+    functions = traced(model)
+    traces = [f.experimental_get_tracing_count() for f in functions]
     assert model.evaluate(MIXED_LENGTHS, labels, batch_size=4, verbose=0) == pytest.approx(bucketed_loss, abs=1e-6)
-    assert batches.experimental_get_tracing_count() == traces
+    assert traced(model) == functions and [f.experimental_get_tracing_count() for f in functions] == traces
     model.input_padding = "sequence_length"
     fixed = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0)
     fixed_loss = model.evaluate(MIXED_LENGTHS, labels, batch_size=4, verbose=0)
@@ -245,9 +251,13 @@ def test_compile_takes_a_recipe_by_name_and_settings_over_it(minilm_dir):
     model.fit(TEXTS, LABELS, batch_size=24, epochs=1, verbose=0)
     assert int(model.optimizer.iterations) == 4
 
-    config = model.get_compile_config()
-    assert (config["recipe"], config["global_clipnorm"], config["weight_decay"], config["warmup"]) == (
-        "trainer", None, 0.0, 0.0)
+    # The recipe is in the compile config that save, load_model and clone_model carry.
+    rebuilt = kbert.BertClassifier.from_config(model.get_config())
+    rebuilt.compile_from_config(model.get_compile_config())
+    assert rebuilt.recipe == model.recipe
+    assert (rebuilt.recipe["recipe"], rebuilt.recipe["global_clipnorm"], rebuilt.recipe["weight_decay"],
+            rebuilt.recipe["warmup"]) == ("trainer", None, 0.0, 0.0)
+    assert rebuilt.optimizer.global_clipnorm is None and rebuilt.optimizer.weight_decay == 0.0
     with pytest.raises(ValueError, match='recipe="roberta".*"kbert", "bert", "trainer"'):
         model.compile(recipe="roberta")
 
@@ -258,7 +268,7 @@ def test_predict_on_texts_in_memory_equals_keras_loop_and_traces_its_preprocessi
     # Given callbacks, predict runs Keras' loop over a tf.data pipeline.
     looped = model.predict(MIXED_LENGTHS, batch_size=4, verbose=0, callbacks=[])
     np.testing.assert_allclose(direct, looped, atol=1e-6)
-    preprocess = model._traced_functions["predict"][2]
+    (preprocess,) = traced(model)
     traces = preprocess.experimental_get_tracing_count()
     again = model.predict(MIXED_LENGTHS[::-1], batch_size=4, verbose=0)
     np.testing.assert_allclose(again, direct[::-1], atol=1e-6)
@@ -266,7 +276,7 @@ def test_predict_on_texts_in_memory_equals_keras_loop_and_traces_its_preprocessi
     # A new preprocessor (or padding) is traced anew.
     model.input_padding = "sequence_length"
     np.testing.assert_allclose(model.predict(MIXED_LENGTHS, batch_size=4, verbose=0), direct, atol=1e-5)
-    assert model._traced_functions["predict"][2] is not preprocess
+    assert len(traced(model)) == 2 and preprocess in traced(model)
 
 
 def test_pairs_of_texts_are_classified(minilm_dir):

@@ -1,0 +1,121 @@
+"""The masked-LM and pre-training tasks' preprocessors: texts (or
+next-sentence pairs) in, masked anew at every batch (BERT §3.1), and the
+fill-mask answers out."""
+
+import keras
+import tensorflow as tf
+
+from kbert.text.masking import MaskedLMMaskGenerator, top_k_guesses, written_masks
+from kbert.text.preprocessor import BertPreprocessor, serving_text
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertMaskedLMPreprocessor(BertPreprocessor):
+    """`BertPreprocessor` for `BertMaskedLM`: texts in, each batch masked
+    anew (the model's `mask_selection_rate`, `max_predictions` and
+    `whole_word`; of the chosen tokens 80% [MASK], 10% random, 10% kept),
+    with the masked tokens' ids as labels. Answers are the `top_k` guesses
+    at each `[MASK]` written in a text."""
+
+    def label_ids(self, y, head=None):
+        if y is not None:
+            raise ValueError("A masked LM's labels are the masked tokens themselves: call fit(texts) without y.")
+        return y
+
+    def lengths(self, examples):
+        return None  # texts keep their order
+
+    def masker(self, head):
+        """The mask generator for the model's settings; made once per
+        pipeline function, outside its trace (it holds a random generator)."""
+        return MaskedLMMaskGenerator.from_tokenizer(
+            self.tokenizer, mask_selection_rate=head["mask_selection_rate"],
+            max_predictions=head["max_predictions"], whole_word=head["whole_word"],
+        )
+
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+        preprocessor = self.with_padding(pad_to or self.packer.pad_to)
+        masker = self.masker(head)
+
+        def batch(x, *rest):
+            return masked(masker, preprocessor(x), head)
+
+        return batch
+
+    def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
+        preprocessor = self.with_padding(pad_to or self.packer.pad_to)
+        vocabulary = tf.constant(preprocessor.tokenizer.vocabulary)
+
+        def preprocess(*texts):
+            features, is_slot = written_masks(
+                preprocessor(texts if len(texts) > 1 else texts[0]), preprocessor.tokenizer.mask_id
+            )
+            return as_packed(features, head), is_slot
+
+        def postprocess(outputs, is_slot):
+            answers = top_k_guesses(outputs["mlm_logits"], is_slot, vocabulary, top_k)
+            if pairs:
+                nsp_logits = outputs["nsp_logits"]
+                if head.get("packing"):
+                    nsp_logits = nsp_logits[:, 0]  # the row's one sequence
+                # Label 0: text_pair follows text.
+                answers["next_sentence_probability"] = tf.nn.softmax(tf.cast(nsp_logits, tf.float32))[:, 0]
+            return answers
+
+        signature = [serving_text(), serving_text("text_pair")][:2 if pairs else 1]
+        return preprocess, postprocess, signature, {"token_ids": -1}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertPretrainerPreprocessor(BertMaskedLMPreprocessor):
+    """`BertMaskedLMPreprocessor` for `BertPretrainer`: a batched dataset of
+    next-sentence pairs as `kbert.text.next_sentence_dataset` makes them
+    (dicts of `segment_a`, `segment_b`, strings or WordPiece ids batched with
+    `ragged_batch`, and `next_sentence_label`), packed and masked on the fly."""
+
+    batched_rank = None  # segments of strings, or of WordPiece ids
+
+    def is_raw(self, x):
+        if isinstance(x, tf.data.Dataset) and isinstance(x.element_spec, dict):
+            return "segment_a" in x.element_spec
+        return super().is_raw(x)
+
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+        preprocessor = self.with_padding(pad_to or self.packer.pad_to)
+        masker = self.masker(head)
+
+        def batch(pairs, *rest):
+            segments = (pairs["segment_a"], pairs["segment_b"])
+            if segments[0].dtype == tf.string:
+                features = preprocessor(segments)
+            else:
+                features = preprocessor.packer(segments)
+            inputs, labels, weights = masked(masker, features, head)
+            next_sentence = pairs["next_sentence_label"]
+            if head.get("packing"):
+                next_sentence = next_sentence[:, None]
+            return (inputs, {**labels, "nsp_logits": next_sentence},
+                    {**weights, "nsp_logits": tf.ones_like(next_sentence, dtype=tf.float32)})
+
+        return batch
+
+
+def masked(masker, features, head):
+    """BERT §3.1: new masks at every call, so each epoch sees new ones.
+    Returns `(inputs, labels, weights)` for the masked-LM head."""
+    masked = masker(features)
+    inputs = {k: masked[k] for k in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
+    return as_packed(inputs, head), {"mlm_logits": masked["mask_ids"]}, {"mlm_logits": masked["mask_weights"]}
+
+
+def as_packed(features, head):
+    """Features of one sequence per row, for a model on a packing backbone
+    (whose rows come packed from `kbert.text` shards in training): sequence
+    id 1 on real tokens, 0 on padding, and for a pre-trainer the one [CLS]
+    at position 0."""
+    if not head.get("packing"):
+        return features
+    features = {**features, "sequence_ids": tf.cast(features["padding_mask"], tf.int32)}
+    if head.get("next_sentence"):
+        features["cls_positions"] = tf.zeros_like(features["token_ids"][:, :1])
+    return features

@@ -1,0 +1,341 @@
+"""Each task's preprocessor: how its raw input (texts, pairs, words, questions
+and contexts) becomes features, labels and weights, and how its answers are
+read off the model's outputs. Every step is TensorFlow ops, shared by `fit`,
+`evaluate`, `predict`, the task's helpers and the exported model.
+
+A preprocessor takes the task's settings as `head` (the task model's
+`head_settings()`: class names, a question answerer's stride, ...), so the
+same preprocessor serves any model it is given to."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kbert.text import pipeline
+from kbert.text import question_answering as qa
+from kbert.text import token_classification as tc
+from kbert.text.preprocessor import BertPreprocessor, serving_text
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertClassifierPreprocessor(BertPreprocessor):
+    """`BertPreprocessor` for `BertClassifier`: texts or pairs of texts in;
+    labels as class ids, or as names of the model's `class_names` (in lists
+    and in `tf.data`); answers are logits, probabilities and the label.
+
+    Example:
+    >>> preprocessor = kbert.BertClassifierPreprocessor.from_preset("base", sequence_length=128)
+    >>> model = kbert.BertClassifier.from_preset("base", num_classes=2, preprocessor=preprocessor)
+    """
+
+    def label_ids(self, y, head=None):
+        """Class ids, names looked up in `class_names`, checked against
+        `num_classes` before any training."""
+        head = head or {}
+        if y.dtype.kind in "USO":
+            names = _class_names_for_labels(head, y.flat[0] if y.size else "")
+            index = {name: i for i, name in enumerate(names)}
+            unknown = sorted({str(v) for v in y.flat} - set(index))
+            if unknown:
+                raise ValueError(f"Labels {unknown[:5]} are not among class_names {names}.")
+            y = np.vectorize(index.__getitem__, otypes=["int32"])(y.astype(str))
+        return pipeline.class_ids(y, head["num_classes"])
+
+    def dataset_labels(self, head=None):
+        return _label_lookup(head or {})
+
+    def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
+        preprocessor = self.with_padding(pad_to or self.packer.pad_to)
+        names = tf.constant(class_names(head))
+
+        def preprocess(*texts):
+            return preprocessor(texts if len(texts) > 1 else texts[0]), None
+
+        def postprocess(logits, _):
+            logits = tf.cast(logits, tf.float32)
+            label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), "label_id": label_id,
+                    "label": tf.gather(names, label_id)}
+
+        return preprocess, postprocess, [serving_text(), serving_text("text_pair")][:2 if pairs else 1], None
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertTokenClassifierPreprocessor(BertPreprocessor):
+    """`BertPreprocessor` for `BertTokenClassifier`: sentences as lists of
+    words (CoNLL style) with one tag per word, an id or a name of
+    `class_names`, or a batched `tf.data.Dataset` of ragged `(words,
+    tag_ids)`. A word's tag goes on its first WordPiece; other pieces,
+    special tokens and padding get weight 0. Answers are each word's tag and
+    the text's BIO entities."""
+
+    batched_rank = 2  # [sentences, (words)]
+
+    def is_raw(self, x):
+        if isinstance(x, tf.data.Dataset):
+            spec = x.element_spec[0] if isinstance(x.element_spec, tuple) else x.element_spec
+            return isinstance(spec, tf.RaggedTensorSpec) and spec.dtype == tf.string
+        return super().is_raw(x)
+
+    def examples(self, x, y=None, sample_weight=None, head=None):
+        """`(words[, tag ids][, sample weights])`: words a ragged
+        `[sentences, (words)]` tensor (texts are split where BERT's
+        pre-tokenizer splits them)."""
+        if all(isinstance(sentence, (str, bytes)) for sentence in x):
+            words = tc.text_words(self, tf.constant(list(x)))[0]
+        else:
+            words = tf.ragged.constant(as_word_lists(x), dtype=tf.string, ragged_rank=1)
+        parts = (words,)
+        if y is not None:
+            tag_ids = self.tag_ids(y, words.row_lengths().numpy(), head or {})
+            parts += (tf.ragged.constant(tag_ids, dtype=tf.int32, ragged_rank=1),)
+        if sample_weight is not None:
+            parts += (tf.constant(sample_weight, tf.float32),)
+        return parts
+
+    def lengths(self, examples):
+        return None  # sentences keep their order
+
+    @staticmethod
+    def tag_ids(tags, word_counts, head):
+        names = head.get("class_names") or []
+        index = {name: i for i, name in enumerate(names)}
+        if len(tags) != len(word_counts):
+            raise ValueError(f"Got {len(word_counts)} sentences but {len(tags)} tag lists; give one per sentence.")
+        ids = []
+        for i, (sentence_tags, count) in enumerate(zip(tags, word_counts)):
+            if len(sentence_tags) != count:
+                raise ValueError(f"Sentence {i} has {count} words but {len(sentence_tags)} tags; give one tag per word.")
+            for tag in sentence_tags:
+                if isinstance(tag, str) and tag not in index:
+                    raise ValueError(
+                        f'Unknown tag "{tag}" in sentence {i}. '
+                        + (f"Known tags (class_names): {', '.join(names)}."
+                           if names else "Build the model with class_names to give tags by name.")
+                    )
+            sentence_ids = [index[t] if isinstance(t, str) else int(t) for t in sentence_tags]
+            if any(not 0 <= t < head["num_classes"] for t in sentence_ids):
+                raise ValueError(f"Sentence {i} has tag ids {sentence_ids}; ids must be in [0, {head['num_classes']}).")
+            ids.append(sentence_ids)
+        return ids
+
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+        preprocessor = self.with_padding(pad_to or self.packer.pad_to)
+
+        def batch(words, tags=None, sample_weight=None):
+            features, first_pieces = tc.pack_words(preprocessor, words)
+            if tags is None:
+                return (features,)
+            labels, weights = tc.token_labels(first_pieces, tags, tf.shape(features["token_ids"]))
+            if sample_weight is not None:
+                weights *= sample_weight[:, None]
+            return features, labels, weights
+
+        return batch
+
+    def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
+        preprocessor = self.with_padding(pad_to or self.packer.pad_to)
+        names = class_names(head)
+
+        def preprocess(text):
+            words, starts, ends = tc.text_words(preprocessor, text)
+            features, first_pieces = tc.pack_words(preprocessor, words)
+            return features, (text, words, starts, ends, first_pieces)
+
+        def postprocess(logits, context):
+            text, words, starts, ends, first_pieces = context
+            tags = tc.word_tags(logits, first_pieces, names)
+            entities = tc.text_entities(text, tc.bio_entities(tags["label"], tags["score"]), starts, ends)
+            outputs = {"words": words, **tags, **entities}
+            return {k: v.to_tensor(TAG_FILLS.get(k, "" if v.dtype == tf.string else 0)) for k, v in outputs.items()}
+
+        return preprocess, postprocess, [serving_text()], TAG_FILLS
+
+
+# Padding of the served token classifier's outputs, per sentence: words and
+# entities past its own.
+TAG_FILLS = {"label_id": -1, "entity_start": -1, "entity_end": -1}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertQuestionAnswererPreprocessor(BertPreprocessor):
+    """`BertPreprocessor` for `BertQuestionAnswerer`: `(questions, contexts)`
+    in, each context cut into windows `stride` tokens apart (BERT's
+    `doc_stride`), packed after its question; answers as `{"text",
+    "answer_start"}` dicts or `(text, start)` pairs, character offsets into
+    the context. Answers are spans of the context."""
+
+    rows_per_example = None  # a window per stride of the context
+
+    def is_raw(self, x):
+        return isinstance(x, tuple) or (isinstance(x, tf.data.Dataset) and super().is_raw(x))
+
+    @staticmethod
+    def check_raw(x):
+        if not (isinstance(x, tuple) and len(x) == 2):
+            raise ValueError(
+                "BertQuestionAnswerer takes raw input as a tuple (questions, contexts) of two lists "
+                f"of str (answers as y), or a dict of token ids; got {type(x).__name__}."
+            )
+        return pipeline.text_tensor(x, names=("questions", "contexts"))
+
+    def examples(self, x, y=None, sample_weight=None, head=None):
+        """`(questions, contexts[, answer starts, answer ends][, sample
+        weights])`, the answers as character offsets."""
+        questions, contexts = self.check_raw(x)
+        parts = (questions, contexts)
+        if y is not None:
+            spans = _answer_chars(y, [c.decode("utf-8", "replace") for c in contexts.numpy()])
+            parts += (spans[:, 0], spans[:, 1])
+        if sample_weight is not None:
+            parts += (np.asarray(sample_weight, "float32"),)
+        return parts
+
+    def lengths(self, examples):
+        return None  # windows are cut to sequence_length
+
+    def windows(self, questions, contexts, head, pad_to=None):
+        preprocessor = self.with_padding(pad_to or self.packer.pad_to)
+        return qa.windows(preprocessor, questions, contexts, head["stride"], head["max_question_length"])
+
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+        """A batch of examples as the windows their contexts need (more rows
+        than examples), with each window's answer positions and weights."""
+
+        def batch(questions, contexts, *rest):
+            windowed = self.windows(questions, contexts, head, pad_to)
+            if not rest:
+                return (windowed["features"],)
+            starts, ends = qa.answer_positions(windowed, contexts, rest[0], rest[1])
+            weights = tf.ones_like(starts, tf.float32)
+            if len(rest) == 3:
+                weights = tf.gather(rest[2], windowed["example"])
+            return (windowed["features"], {"start_logits": starts, "end_logits": ends},
+                    {"start_logits": weights, "end_logits": weights})
+
+        return batch
+
+    def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
+        def preprocess(question, context):
+            windowed = self.windows(question, context, head, pad_to)
+            return windowed["features"], (context, windowed)
+
+        def postprocess(outputs, context):
+            contexts, windowed = context
+            return qa.answers(windowed, contexts, outputs["start_logits"], outputs["end_logits"],
+                              head["max_answer_length"], head["num_candidates"])
+
+        return preprocess, postprocess, [serving_text("question"), serving_text("context")], None
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertTextEmbedderPreprocessor(BertPreprocessor):
+    """`BertPreprocessor` for `BertTextEmbedder`: texts in, with the
+    embedder's prompt put before each; where the pooling leaves the prompt
+    out (`include_prompt=False`), a `pooling_mask` without the prompt's
+    tokens. The answer is the embedding."""
+
+    def prompt_length(self, prompt):
+        """The tokens sentence-transformers leaves out of the pooling for
+        `prompt`: [CLS] and the prompt's pieces, the prompt tokenized alone
+        and cut to the sequence length, less its [SEP]."""
+        pieces = int(self.tokenizer(tf.constant([prompt])).row_lengths()[0])
+        return min(1 + pieces, self.sequence_length - 1)
+
+    def features(self, texts, head, skip=0, pad_to=None):
+        """The model's features of `texts`; with `include_prompt=False`, a
+        `pooling_mask`: the padding mask less the first `skip` tokens (a
+        prompt's, see `prompt_length`)."""
+        features = self.with_padding(pad_to or self.packer.pad_to)(texts)
+        if head.get("include_prompt", True):
+            return features
+        mask = features["padding_mask"]
+        mask = mask * tf.cast(tf.range(tf.shape(mask)[1]) >= skip, mask.dtype)[None, :]
+        return {**features, "pooling_mask": mask}
+
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+        """Texts (with their prompt, if any, in them already) to features."""
+
+        def batch(texts, *rest):
+            return (self.features(texts, head, pad_to=pad_to), *rest)
+
+        return batch
+
+    def prompted_function(self, head, pad_to=None):
+        """`(texts, skip)` to features, the first `skip` tokens left out of
+        the pooling: `skip` a scalar tensor, an argument so that one trace
+        serves every prompt."""
+        return lambda texts, skip: self.features(texts, head, skip, pad_to)
+
+    def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
+        text = head.get("prompt") or ""
+        skip = self.prompt_length(text) if text and not head.get("include_prompt", True) else 0
+
+        def preprocess(texts):
+            return self.features(tf.strings.join([text, texts]) if text else texts, head, skip, pad_to), None
+
+        return (preprocess, lambda embedding, _: {"embedding": tf.cast(embedding, tf.float32)},
+                [serving_text()], None)
+
+
+def class_names(head):
+    """The names of a classifier's classes: its `class_names`, or the ids as strings."""
+    head = head or {}
+    return head.get("class_names") or [str(i) for i in range(head["num_classes"])]
+
+
+def _class_names_for_labels(head, example):
+    names = head.get("class_names")
+    if not names:
+        raise ValueError(
+            f"The labels are strings (e.g. {example!r}); give the model class_names=[...] "
+            "to map them, or pass label ids 0, 1, ..."
+        )
+    return names
+
+
+def _label_lookup(head):
+    """Labels of a `tf.data` pipeline as class ids: strings are looked up in
+    `class_names` (an error naming the label where one is not there)."""
+
+    def labels(y):
+        if y.dtype != tf.string:
+            return y
+        known = tf.constant(_class_names_for_labels(head, "a string"))
+        matches = tf.equal(y[..., None], known)
+        found = tf.reduce_any(matches, axis=-1)
+        check = tf.debugging.Assert(
+            tf.reduce_all(found),
+            ["Labels not among class_names", known, "got", tf.boolean_mask(y, tf.logical_not(found))],
+            summarize=10,
+        )
+        with tf.control_dependencies([check]):
+            return tf.argmax(tf.cast(matches, tf.int32), axis=-1, output_type=tf.int32)
+
+    return labels
+
+
+def _answer_chars(answers, contexts):
+    """Each answer's (start, end) characters, checked against its context."""
+    if len(answers) != len(contexts):
+        raise ValueError(f"Got {len(answers)} answers for {len(contexts)} contexts; pass one per example.")
+    spans = []
+    for i, (answer, context) in enumerate(zip(answers, contexts)):
+        text, start = (answer["text"], answer["answer_start"]) if isinstance(answer, dict) else answer
+        start, end = int(start), int(start) + len(text)
+        if not 0 <= start < end <= len(context):
+            raise ValueError(
+                f"Answer {i} ({answer!r}) lies outside its context of {len(context)} characters; "
+                "answer_start must be the answer's character offset in the context."
+            )
+        spans.append((start, end))
+    return np.asarray(spans, "int32").reshape(-1, 2)
+
+
+def as_word_lists(x):
+    if isinstance(x, (str, bytes)) or any(isinstance(sentence, (str, bytes)) for sentence in x):
+        raise ValueError(
+            "fit and evaluate take sentences as lists of words, with one tag per word "
+            '(CoNLL style: [["Jane", "Austen"], ...]); got text. Split texts into words first.'
+        )
+    return [list(sentence) for sentence in x]
