@@ -1,7 +1,7 @@
 import keras
 
 from kbert.layers import Dropout, LayerNorm, PositionEmbedding, TokenEmbedding, TransformerEncoder
-from kbert.presets import loading
+from kbert.presets import loading, reader
 from kbert.training.precision import resolve_dtype
 
 
@@ -281,7 +281,7 @@ class BertBackbone(keras.Model):
         Example:
         >>> backbone = kbert.BertBackbone.from_preset("base")
         """
-        return loading.load_backbone(cls, preset, **kwargs)
+        return loading.load_backbone(cls, reader.read_preset(preset), **kwargs)
 
     @classmethod
     def from_preset_config(cls, config):

@@ -10,7 +10,7 @@ from keras import ops
 from kbert import backend
 from kbert.models import task_answers, task_inputs
 from kbert.models.task import Task
-from kbert.presets import files
+from kbert.presets import files, reader
 from kbert.presets import sentence_transformers as st
 from kbert.text import BertTokenizer
 from kbert.text.pipeline import map_batches, text_tensor, without_autotune
@@ -342,15 +342,15 @@ class BertTextEmbedder(Task):
         folder's pooling, Dense modules, Normalize, length, lowercasing and
         prompts (see the class). Arguments given override the folder's; a
         `dense=` of your own starts from its initialisation."""
-        folder = files.get_preset_dir(preset)
+        folder = preset.folder if isinstance(preset, reader.Preset) else files.get_preset_dir(preset)
         if files.is_kbert_layout(folder) or not st.is_sentence_transformers_folder(folder):
             return super().from_preset(preset, sequence_length, **kwargs)
         settings = st.read_folder(folder)
         head = {k: settings[k] for k in ("pooling", "normalize", "prompts", "default_prompt_name", "include_prompt")}
         head["dense"] = [{k: d[k] for k in _DENSE_KEYS} for d in settings["dense"]]
-        transformer = settings["transformer_folder"]
+        transformer = reader.read_preset(settings["transformer_folder"])
         if "preprocessor" not in kwargs:
-            positions = files.load_json(transformer, files.HF_CONFIG).get("max_position_embeddings", 512)
+            positions = transformer.backbone_config["max_sequence_length"]
             kwargs["preprocessor"] = cls._sentence_transformers_preprocessor(settings, sequence_length, positions)
         elif sequence_length is not None:
             raise ValueError("Got both preprocessor= and sequence_length=: the sequence length is the preprocessor's.")
@@ -373,11 +373,11 @@ class BertTextEmbedder(Task):
         return BertTextEmbedderPreprocessor(BertTokenizer(**tokenizer), sequence_length=length)
 
     @classmethod
-    def preset_preprocessor(cls, folder, sequence_length, backbone):
+    def preset_preprocessor(cls, preset, sequence_length, backbone):
         # sentence-transformers folders say how long a text they embed.
-        if sequence_length is None and os.path.exists(os.path.join(folder, st.SENTENCE_BERT_CONFIG)):
-            sequence_length = files.load_json(folder, st.SENTENCE_BERT_CONFIG).get("max_seq_length")
-        return super().preset_preprocessor(folder, sequence_length, backbone)
+        if sequence_length is None and os.path.exists(os.path.join(preset.folder, st.SENTENCE_BERT_CONFIG)):
+            sequence_length = files.load_json(preset.folder, st.SENTENCE_BERT_CONFIG).get("max_seq_length")
+        return super().preset_preprocessor(preset, sequence_length, backbone)
 
 
 def semantic_search(query_embeddings, corpus_embeddings, top_k=10, corpus_chunk_size=50_000, query_chunk_size=100):

@@ -365,9 +365,10 @@ class Task(DistributedTraining, keras.Model):
         return task_presets.task_from_preset(cls, preset, sequence_length, kwargs)
 
     @classmethod
-    def preset_preprocessor(cls, folder, sequence_length, backbone):
-        """The preprocessor `from_preset` builds from the preset's files."""
-        return task_presets.preset_preprocessor(cls, folder, sequence_length, backbone)
+    def preset_preprocessor(cls, preset, sequence_length, backbone):
+        """The preprocessor `from_preset` builds from what it read of the
+        preset (a `kbert.presets.reader.Preset`)."""
+        return task_presets.preset_preprocessor(cls, preset, sequence_length, backbone)
 
     # Hugging Face's heads: `(variable, Hugging Face name, transform)` rows,
     # empty for heads that Hugging Face has no checkpoint of; and the head's

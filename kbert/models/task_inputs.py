@@ -95,7 +95,7 @@ def _frozen(value):
 
 
 def _structure(spec):
-    return tf.nest.map_structure(lambda s: (type(s).__name__, s.dtype.name), spec)
+    return _frozen(tf.nest.map_structure(lambda s: (type(s).__name__, s.dtype.name), spec))
 
 
 def batch_function(model, pad_to, dataset_spec=None, structure=None):

@@ -10,7 +10,8 @@ import warnings
 import keras
 
 from kbert.models.bert_backbone import BertBackbone
-from kbert.presets import files, huggingface, loading
+from kbert.presets import files, huggingface, loading, reader
+from kbert.text import BertTokenizer
 
 TASK_WEIGHTS = "task.weights.h5"
 # The backbone's constructor arguments that `from_preset` passes on: they
@@ -20,12 +21,13 @@ BACKBONE_SETTINGS = ("dropout", "dtype", "packing")
 
 def load_task(folder):
     """The task model saved in a kbert preset folder, whatever its class."""
-    task = (files.load_json(folder, files.KBERT_CONFIG).get("task") or {}).get("class")
+    preset = reader.read_preset(folder)
+    task = preset.task.get("class")
     cls = keras.saving.get_registered_object(f"kbert>{task}") if task else None
     if cls is None:
         raise ValueError(f"{folder} holds no kbert task model (its {files.KBERT_CONFIG} names none); "
                          "save one with model.save_to_preset(folder).")
-    return cls.from_preset(folder)
+    return cls.from_preset(preset)
 
 
 def save_task(model, folder):
@@ -42,56 +44,54 @@ def save_task(model, folder):
 
 
 def task_from_preset(cls, preset, sequence_length, kwargs):
-    """`Task.from_preset`: see there."""
+    """`Task.from_preset`: see there. The preset is read once (`read_preset`),
+    and the backbone, preprocessor and head are built from what was read."""
     if "preprocessor" in kwargs and sequence_length is not None:
         raise ValueError(
             f"Got both preprocessor= and sequence_length={sequence_length}: the sequence length is the "
             "preprocessor's; build it with that length "
             f"({cls.preprocessor_class.__name__}.from_preset(preset, sequence_length=...))."
         )
+    preset = reader.read_preset(preset)
     kwargs = dict(kwargs)
     _check_preset_arguments(cls, preset, kwargs)
-    folder = files.get_preset_dir(preset)
     backbone_kwargs = {k: kwargs.pop(k) for k in BACKBONE_SETTINGS if k in kwargs}
-    backbone = BertBackbone.from_preset_config(loading.checked_backbone_config(folder, preset, backbone_kwargs))
+    backbone = BertBackbone.from_preset_config(preset.checked_backbone_config(backbone_kwargs))
     preprocessor = (kwargs.pop("preprocessor") if "preprocessor" in kwargs
-                    else cls.preset_preprocessor(folder, sequence_length, backbone))
-    if files.is_kbert_layout(folder):
-        saved = files.load_json(folder, files.KBERT_CONFIG).get("task") or {}
+                    else cls.preset_preprocessor(preset, sequence_length, backbone))
+    if preset.kbert_layout:
+        saved = preset.task
         same_task = saved.get("class") == cls.__name__
         model = cls(backbone=backbone, preprocessor=preprocessor,
                     **{**(saved["config"] if same_task else {}), **kwargs})
         if same_task:
-            model.load_weights(os.path.join(folder, TASK_WEIGHTS))
+            model.load_weights(os.path.join(preset.folder, TASK_WEIGHTS))
         else:
-            backbone.load_weights(os.path.join(folder, loading.KBERT_WEIGHTS))
+            backbone.load_weights(preset.weights_path)
             if saved:
-                load_saved_head(model, folder, saved)
+                load_saved_head(model, preset.folder, saved)
         return model
-    path = files.weights_file(folder)
-    tensors = huggingface.read_checkpoint(path)
-    hf_config = files.load_json(folder, "config.json")
+    tensors = preset.tensors()
     model = cls(backbone=backbone, preprocessor=preprocessor,
-                **{**cls.hf_head_config(hf_config, tensors), **kwargs})
-    loading.load_hf_backbone_weights(backbone, path, tensors)
-    load_hf_head(model, tensors, path)
+                **{**cls.hf_head_config(preset.config, tensors), **kwargs})
+    loading.load_hf_backbone_weights(backbone, preset.weights_path, tensors)
+    load_hf_head(model, tensors, preset.weights_path)
     return model
 
 
-def preset_preprocessor(cls, folder, sequence_length, backbone):
-    """The task's preprocessor from a preset's vocabulary (None without one)."""
-    if not os.path.exists(os.path.join(folder, files.VOCABULARY)):
+def preset_preprocessor(cls, preset, sequence_length, backbone):
+    """The task's preprocessor from a read preset's vocabulary (None without one)."""
+    tokenizer = preset.tokenizer_arguments()
+    if tokenizer is None:
         return None
-    if sequence_length is None and files.is_kbert_layout(folder):
-        sequence_length = files.load_json(folder, files.KBERT_CONFIG).get("sequence_length")
+    sequence_length = sequence_length or preset.sequence_length
     if sequence_length and sequence_length > backbone.max_sequence_length:
         raise ValueError(
             f"sequence_length={sequence_length} is longer than this model's maximum, "
             f"{backbone.max_sequence_length} positions; use sequence_length <= {backbone.max_sequence_length}."
         )
-    return cls.preprocessor_class.from_preset(
-        folder, sequence_length=sequence_length or min(512, backbone.max_sequence_length)
-    )
+    return cls.preprocessor_class(BertTokenizer(**tokenizer),
+                                  sequence_length=sequence_length or min(512, backbone.max_sequence_length))
 
 
 def _preset_arguments(cls):
@@ -111,10 +111,9 @@ def _check_preset_arguments(cls, preset, kwargs):
     refused = [k for k in kwargs if k not in accepted]
     if not refused:
         return
-    folder = files.get_preset_dir(preset)
-    config = loading.backbone_config(folder)
+    config = preset.backbone_config
     backbone = {k: kwargs.pop(k) for k in refused if k in config}
-    loading.checked_backbone_config(folder, preset, backbone)  # refuses a different architecture
+    preset.checked_backbone_config(backbone)  # refuses a different architecture
     refused = [k for k in refused if k not in backbone or backbone[k] != config[k]]
     if not refused:
         return

@@ -13,16 +13,21 @@ _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "in
 
 def backbone_config(folder):
     """The `BertBackbone` config of a preset folder (either layout)."""
-    if files.is_kbert_layout(folder):
-        saved = files.load_json(folder, files.KBERT_CONFIG)
-        if not isinstance(saved, dict) or not isinstance(saved.get("backbone"), dict):
+    kbert_layout = files.is_kbert_layout(folder)
+    name = files.KBERT_CONFIG if kbert_layout else files.HF_CONFIG
+    return backbone_config_of(files.load_json(folder, name), kbert_layout, os.path.join(folder, name))
+
+
+def backbone_config_of(config, kbert_layout, source):
+    """The `BertBackbone` config in a preset's parsed `kbert_config.json`
+    (`kbert_layout`) or `config.json`, read from `source` (named in errors)."""
+    if kbert_layout:
+        if not isinstance(config, dict) or not isinstance(config.get("backbone"), dict):
             raise ValueError(
-                f'{os.path.join(folder, files.KBERT_CONFIG)} has no "backbone" entry; save_to_preset writes one. '
-                f"{files.how_to_replace(os.path.join(folder, files.KBERT_CONFIG))}"
+                f'{source} has no "backbone" entry; save_to_preset writes one. {files.how_to_replace(source)}'
             )
-        return dict(saved["backbone"])
-    path = os.path.join(folder, files.HF_CONFIG)
-    return huggingface.backbone_config(files.load_json(folder, files.HF_CONFIG), source=path)
+        return dict(config["backbone"])
+    return huggingface.backbone_config(config, source=source)
 
 
 def checked_backbone_config(folder, preset, overrides):
@@ -31,45 +36,67 @@ def checked_backbone_config(folder, preset, overrides):
     have one line per token id of the config."""
     config = backbone_config(folder)
     check_vocabulary(folder, config["vocabulary_size"])
+    return with_overrides(config, preset, overrides)
+
+
+def with_overrides(config, preset, overrides):
+    """`config` with `overrides`, refusing any that would change the
+    architecture (fixed by the weights)."""
     changed = [k for k in overrides if k in _ARCHITECTURE and overrides[k] != config.get(k)]
     if changed:
         raise ValueError(
             f"Cannot change {', '.join(changed)} of preset {preset!r}: the weights fix the architecture. "
             "Build BertBackbone(...) directly for a new architecture."
         )
-    config.update(overrides)
-    return config
+    return {**config, **overrides}
 
 
 def check_vocabulary(folder, vocabulary_size):
     """Refuses a vocab.txt whose number of lines is not the config's
     vocabulary size: a cut download or another model's vocabulary, which
     would otherwise tokenize silently into the wrong ids."""
+    read_vocabulary(folder, vocabulary_size)
+
+
+def read_vocabulary(folder, vocabulary_size):
+    """The tokens of the folder's vocab.txt (None without one), one a line,
+    checked against the config's vocabulary size (see `check_vocabulary`)."""
     path = os.path.join(folder, files.VOCABULARY)
     if not os.path.exists(path):
-        return
+        return None
     try:
-        # Text mode splits lines as the tokenizer's reader does.
+        # Lines split as the tokenizer's own reader splits them.
         with open(path, encoding="utf-8") as f:
-            lines = sum(1 for _ in f)
+            tokens = [line.rstrip("\r\n") for line in f]
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). {files.how_to_replace(path)}") from None
-    if lines != vocabulary_size:
+    if len(tokens) != vocabulary_size:
         config = files.KBERT_CONFIG if files.is_kbert_layout(folder) else files.HF_CONFIG
         raise ValueError(
-            f"{path} has {lines} tokens (lines), but {os.path.join(folder, config)} says the model has "
+            f"{path} has {len(tokens)} tokens (lines), but {os.path.join(folder, config)} says the model has "
             f"{vocabulary_size} (vocab_size): the vocabulary is cut short or belongs to another model. "
             f"{files.how_to_replace(path)}"
         )
+    return tokens
+
+
+def tokenizer_settings(tokenizer_config):
+    """`BertTokenizer`'s settings from Hugging Face's `tokenizer_config.json`."""
+    return dict(
+        lowercase=tokenizer_config.get("do_lower_case", True),
+        strip_accents=tokenizer_config.get("strip_accents"),
+        tokenize_chinese_chars=tokenizer_config.get("tokenize_chinese_chars", True),
+        split_special_tokens=tokenizer_config.get("split_special_tokens", False),
+    )
 
 
 def load_backbone(cls, preset, **overrides):
-    folder = files.get_preset_dir(preset)
-    backbone = cls.from_preset_config(checked_backbone_config(folder, preset, overrides))
-    if files.is_kbert_layout(folder):
-        backbone.load_weights(os.path.join(folder, KBERT_WEIGHTS))
+    """`BertBackbone.from_preset`: the backbone of a read preset (`reader.Preset`)."""
+    backbone = cls.from_preset_config(preset.checked_backbone_config(overrides))
+    if preset.kbert_layout:
+        backbone.load_weights(preset.weights_path)
     else:
-        load_hf_backbone_weights(backbone, files.weights_file(folder))
+        load_hf_backbone_weights(backbone, preset.weights_path, preset.tensors())
     return backbone
 
 

@@ -295,22 +295,36 @@ def _class_names_for_labels(head, example):
 
 
 def _label_lookup(head):
-    """Labels of a `tf.data` pipeline as class ids: strings are looked up in
-    `class_names` (an error naming the label where one is not there)."""
+    """Labels of a `tf.data` pipeline as class ids, checked as labels held in
+    memory are (`pipeline.class_ids`), in the graph: strings are looked up
+    in `class_names`, numbers must be whole and in [0, num_classes). A bad
+    label stops the pipeline with an error naming it."""
+    num_classes = head["num_classes"]
 
     def labels(y):
-        if y.dtype != tf.string:
-            return y
-        known = tf.constant(_class_names_for_labels(head, "a string"))
-        matches = tf.equal(y[..., None], known)
-        found = tf.reduce_any(matches, axis=-1)
+        if y.dtype == tf.string:
+            known = tf.constant(_class_names_for_labels(head, "a string"))
+            matches = tf.equal(y[..., None], known)
+            found = tf.reduce_any(matches, axis=-1)
+            check = tf.debugging.Assert(
+                tf.reduce_all(found),
+                ["Labels not among class_names", known, "got", tf.boolean_mask(y, tf.logical_not(found))],
+                summarize=10,
+            )
+            with tf.control_dependencies([check]):
+                return tf.argmax(tf.cast(matches, tf.int32), axis=-1, output_type=tf.int32)
+        if y.shape.rank == 2 and y.shape[-1] == num_classes and num_classes > 1:
+            raise ValueError(
+                f"The dataset's labels have shape {y.shape}: one-hot rows of {num_classes} classes, but this "
+                "classifier takes one class id per text. Map them to ids first: dataset.map(lambda x, y: (x, "
+                "tf.argmax(y, axis=-1)))."
+            )
+        values = tf.cast(y, tf.float64)
+        good = tf.reduce_all((values == tf.round(values)) & (values >= 0) & (values < num_classes))
         check = tf.debugging.Assert(
-            tf.reduce_all(found),
-            ["Labels not among class_names", known, "got", tf.boolean_mask(y, tf.logical_not(found))],
-            summarize=10,
-        )
+            good, [f"Labels must be class ids, whole numbers in [0, {num_classes}); got", y], summarize=10)
         with tf.control_dependencies([check]):
-            return tf.argmax(tf.cast(matches, tf.int32), axis=-1, output_type=tf.int32)
+            return tf.cast(y, tf.int32)
 
     return labels
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import kbert
+from kbert.models import task_inputs
 from tests.models.test_bert_classifier import tiny_classifier
 from tests.presets.test_huggingface_import import save_random_checkpoint
 
@@ -32,7 +33,7 @@ def test_fractional_labels_are_refused(minilm_dir, method):
 
 
 def test_whole_float_labels_are_class_ids(minilm_dir):
-    _, labels = next(iter(tiny_classifier(minilm_dir)._dataset(TEXTS, [0.0, 1.0, 1.0, 0.0])))
+    _, labels = next(iter(task_inputs.dataset(tiny_classifier(minilm_dir), TEXTS, [0.0, 1.0, 1.0, 0.0])))
     assert labels.dtype.name == "int32" and labels.numpy().tolist() == [0, 1, 1, 0]
 
 
@@ -118,8 +119,13 @@ def test_from_preset_without_a_preprocessor_takes_token_ids(tiny_preset):
 
 @fresh_head
 def test_from_preset_uses_a_given_preprocessor_as_is(tiny_preset):
-    preprocessor = kbert.BertPreprocessor.from_preset(tiny_preset, sequence_length=8)
+    preprocessor = kbert.BertClassifierPreprocessor.from_preset(tiny_preset, sequence_length=8)
     model = kbert.BertClassifier.from_preset(tiny_preset, num_classes=2, preprocessor=preprocessor)
     assert model.preprocessor is preprocessor
+    # A plain BertPreprocessor is read as the task's: the same tokenizer and length.
+    plain = kbert.BertPreprocessor.from_preset(tiny_preset, sequence_length=8)
+    model = kbert.BertClassifier.from_preset(tiny_preset, num_classes=2, preprocessor=plain)
+    assert type(model.preprocessor) is kbert.BertClassifierPreprocessor
+    assert model.preprocessor.tokenizer is plain.tokenizer and model.preprocessor.sequence_length == 8
     with pytest.raises(ValueError, match=r"Got both preprocessor= and sequence_length=16"):
         kbert.BertClassifier.from_preset(tiny_preset, num_classes=2, preprocessor=preprocessor, sequence_length=16)

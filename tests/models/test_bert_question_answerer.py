@@ -8,6 +8,7 @@ import torch
 import transformers
 
 import kbert
+from kbert.models import task_inputs
 import tensorflow as tf
 
 from kbert.metrics import squad_metrics
@@ -89,7 +90,7 @@ def test_piece_offsets_equal_transformers_offset_mapping(minilm_dir, preprocesso
 
 
 def windowed(model, questions, contexts):
-    return model._windows(tf.constant(questions), tf.constant(contexts))
+    return model.preprocessor.windows(tf.constant(questions), tf.constant(contexts), model.head_settings())
 
 
 def test_windows_cover_the_whole_context_and_each_token_has_one_best_window(preprocessor):
@@ -163,7 +164,7 @@ def test_fit_on_raw_squad_examples_lowers_the_loss(preprocessor):
     history = model.fit(x, y, batch_size=16, epochs=2, verbose=0).history
     assert history["loss"][1] < history["loss"][0]
     # The windows' pipeline runs without tf.data's autotuning (see the classifier's test).
-    assert model._dataset(x, y, batch_size=16).options().autotune.enabled is False
+    assert task_inputs.dataset(model, x, y, batch_size=16).options().autotune.enabled is False
 
 
 def test_fit_shuffles_all_windows_together_each_epoch(preprocessor):
@@ -181,8 +182,8 @@ def test_fit_shuffles_all_windows_together_each_epoch(preprocessor):
         rows = [tuple(ids) for x, _, _ in dataset for ids in x["token_ids"].numpy().tolist()]
         return rows, [row[1:row.index(102)] for row in rows]
 
-    in_order, in_order_questions = windows(model._dataset(x, y, batch_size=2))
-    dataset = model._dataset(x, y, batch_size=2, shuffle=True)
+    in_order, in_order_questions = windows(task_inputs.dataset(model, x, y, batch_size=2))
+    dataset = task_inputs.dataset(model, x, y, batch_size=2, shuffle=True)
     first, questions = windows(dataset)
     second, _ = windows(dataset)
     assert sorted(first) == sorted(in_order) == sorted(second) and first != second

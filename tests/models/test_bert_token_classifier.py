@@ -8,6 +8,7 @@ import torch
 import transformers
 
 import kbert
+from kbert.models import task_inputs
 from kbert.metrics import entity_f1
 from kbert.models import BertTokenClassifier
 from kbert.text.conll import read_conll
@@ -134,16 +135,16 @@ def test_a_dataset_of_words_and_tag_ids_is_packed_like_lists(preprocessor):
     model = tiny_tagger(preprocessor)
     dataset = tf.data.Dataset.from_tensor_slices(
         (tf.ragged.constant(sentences, tf.string, ragged_rank=1), tf.ragged.constant(tags))).batch(4)
-    assert model._is_raw(dataset)
-    (features, labels, weights), = model._dataset(dataset)
-    (expected_features, expected_labels, expected_weights), = model._dataset(sentences, tags)
+    assert model.preprocessor.is_raw(dataset)
+    (features, labels, weights), = task_inputs.dataset(model, dataset)
+    (expected_features, expected_labels, expected_weights), = task_inputs.dataset(model, sentences, tags)
     np.testing.assert_array_equal(features["token_ids"], expected_features["token_ids"])
     np.testing.assert_array_equal(labels, expected_labels)
     np.testing.assert_array_equal(weights, expected_weights)
     # kbert's own pipeline runs without tf.data's autotuning (see the
     # classifier's test); the user's keeps its options.
-    assert model._dataset(sentences, tags).options().autotune.enabled is False
-    assert model._dataset(dataset).options().autotune.enabled is not False
+    assert task_inputs.dataset(model, sentences, tags).options().autotune.enabled is False
+    assert task_inputs.dataset(model, dataset).options().autotune.enabled is not False
 
 
 def outputs_everywhere(model, tag):

@@ -193,7 +193,9 @@ def embedder_twice(distributed_scope):
     # (entities, answer, fill_mask) run the model, and by Keras' loop.
     import tensorflow as tf
 
-    batch = embedder._predict_batch(embedder.preprocessor(tf.constant(questions)))
+    from kbert.models import task_inputs
+
+    batch = task_inputs.predict_batch(embedder, embedder.preprocessor(tf.constant(questions)))
     encoded = [batch, embedder.encode(questions)]
     return dict(initial=initial, single=single, distributed=distributed, cached=cached,
                 loss=[single_loss, distributed_loss, cached_loss], encoded=encoded, runs=[runs])

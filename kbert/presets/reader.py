@@ -1,0 +1,67 @@
+"""A preset folder read once: `read_preset` parses each file of kbert's layout
+or Hugging Face's a single time, and the backbone, tokenizer, preprocessor and
+head are built from what it read (`Preset`), not by opening the files again.
+(A sentence-transformers folder is read by `presets.sentence_transformers`,
+around the Hugging Face folder it holds.)"""
+
+import os
+
+from kbert.presets import files, huggingface, loading
+
+
+class Preset:
+    """What a preset folder holds, each file read once.
+
+    Attributes:
+        folder: the local folder (downloaded first for `hf://` presets).
+        kbert_layout: whether it is kbert's layout (`kbert_config.json`).
+        config: the parsed `kbert_config.json` or `config.json`.
+        backbone_config: `BertBackbone`'s arguments.
+        vocabulary: the WordPiece tokens of `vocab.txt` (None without one).
+        tokenizer_config: the parsed `tokenizer_config.json` ({} without one).
+        task: the task a kbert preset was saved from (`{"class", "config"}`,
+            {} for a backbone or a Hugging Face folder).
+        sequence_length: the preprocessor's length a kbert preset was saved with.
+    """
+
+    def __init__(self, preset):
+        self.preset = preset
+        self.folder = files.get_preset_dir(preset)
+        self.kbert_layout = files.is_kbert_layout(self.folder)
+        name = files.KBERT_CONFIG if self.kbert_layout else files.HF_CONFIG
+        self.config = files.load_json(self.folder, name)
+        self.backbone_config = loading.backbone_config_of(self.config, self.kbert_layout,
+                                                          os.path.join(self.folder, name))
+        self.vocabulary = loading.read_vocabulary(self.folder, self.backbone_config["vocabulary_size"])
+        self.tokenizer_config = (files.load_json(self.folder, files.TOKENIZER_CONFIG, default={})
+                                 if self.vocabulary is not None else {})
+        self.task = (self.config.get("task") or {}) if self.kbert_layout else {}
+        self.sequence_length = self.config.get("sequence_length") if self.kbert_layout else None
+        self._tensors = None
+
+    def checked_backbone_config(self, overrides):
+        """The backbone config with `overrides`, which must leave the
+        architecture (fixed by the weights) alone."""
+        return loading.with_overrides(self.backbone_config, self.preset, overrides)
+
+    @property
+    def weights_path(self):
+        return os.path.join(self.folder, loading.KBERT_WEIGHTS) if self.kbert_layout else files.weights_file(self.folder)
+
+    def tensors(self):
+        """A Hugging Face checkpoint's tensors by name, read on first use."""
+        if self._tensors is None:
+            self._tensors = huggingface.read_checkpoint(self.weights_path)
+        return self._tensors
+
+    def tokenizer_arguments(self):
+        """`BertTokenizer`'s arguments: the vocabulary and the settings of
+        `tokenizer_config.json`; None where the preset has no vocabulary."""
+        if self.vocabulary is None:
+            return None
+        return {"vocabulary": self.vocabulary, **loading.tokenizer_settings(self.tokenizer_config)}
+
+
+def read_preset(preset):
+    """The preset (a registered name, `hf://owner/name` or a folder), read once."""
+    return preset if isinstance(preset, Preset) else Preset(preset)
