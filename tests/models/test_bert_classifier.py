@@ -210,7 +210,7 @@ def test_a_second_fit_gets_its_own_schedule(fitted):
 
 def test_fit_without_a_batch_size_gives_small_data_sets_more_steps(minilm_dir):
     counts = (1, 3_999, 4_000, 7_999, 8_000, 1_000_000)
-    assert [kbert.models.task.default_batch_size(n) for n in counts] == [8, 8, 16, 16, 32, 32]
+    assert [kbert.training.recipes.default_batch_size(n) for n in counts] == [8, 8, 16, 16, 32, 32]
     model = tiny_classifier(minilm_dir)
     history = model.fit(TEXTS, LABELS, epochs=1, verbose=0)  # 24 texts: 3 batches of 8
     assert int(model.optimizer.iterations) == 3 and model.optimizer._learning_rate.total_steps == 3
