@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.text.pipeline import map_batches, text_tensor, without_autotune
+from kbert.training.partial_batches import PaddedBatches
 
 
 class RawTextInput:
@@ -21,7 +22,9 @@ class RawTextInput:
 
     def _is_raw(self, x):
         """Whether `x` is text for the preprocessor (not ids already)."""
-        if self.preprocessor is None or x is None:
+        # (PaddedBatches: batches made already, which DistributedTraining
+        # hands on under JAX's data parallelism, validation's included.)
+        if self.preprocessor is None or x is None or isinstance(x, PaddedBatches):
             return False
         if isinstance(x, tf.data.Dataset):
             spec = x.element_spec

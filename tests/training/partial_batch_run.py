@@ -6,9 +6,9 @@ process of its own (JAX fixes its devices when it starts):
         python -m tests.training.partial_batch_run OUT
 
 Every run starts from the same weights. OUT (.npz) gets, per run (`single`,
-`distributed`): `evaluate` on 66 texts (batches of 32, 32, 2) and on 66
-arrays with sample weights, `fit` on the arrays (its history, the weights before and after),
-`predict` on 5 texts, and the answers of a token classifier on 5 texts
+`distributed`): `evaluate` on 66 texts (batches of 32, 32, 2) and on 67
+arrays with sample weights (32, 32, 3), `fit` on the arrays (its history, validated on 6 of them,
+the weights before and after), `predict` on 5 texts and on 5 arrays, and the answers of a token classifier on 5 texts
 (`tags`, which runs `predict_on_batch` as `entities`, `answer` and
 `fill_mask` do).
 """
@@ -46,15 +46,20 @@ def run(initial):
     classifier, tagger = models()
     for model, weights in zip((classifier, tagger), initial):
         model.set_weights(weights)
-    arrays = random_inputs(66, 8, 30522, seed=1)
-    weights = np.linspace(0.5, 2.0, 66)
+    # 67 rows: a last batch of 3, padded with a copy of its first row (one
+    # that 2 copies of 2 rows would hide, their mean being the rows' own).
+    arrays = random_inputs(67, 8, 30522, seed=1)
+    labels = (arrays["token_ids"][:, 1] % 2).astype("int32")
+    weights = np.linspace(0.5, 2.0, 67)
     results = {
         "evaluate_texts": classifier.evaluate(TEXTS, LABELS, batch_size=32, verbose=0),
-        "evaluate_weighted": classifier.evaluate(arrays, LABELS, sample_weight=weights, batch_size=32, verbose=0),
+        "evaluate_weighted": classifier.evaluate(arrays, labels, sample_weight=weights, batch_size=32, verbose=0),
+        "predict_arrays": classifier.predict({k: v[:5] for k, v in arrays.items()}, verbose=0),
     }
     results["initial_weights"] = np.concatenate([w.ravel() for w in classifier.get_weights()])
-    history = classifier.fit(arrays, LABELS, batch_size=32, epochs=2, shuffle=False, verbose=0).history
-    results["fit_history"] = [history["loss"], history["accuracy"]]
+    history = classifier.fit(arrays, labels, batch_size=32, epochs=2, shuffle=False, verbose=0,
+                             validation_data=({k: v[:6] for k, v in arrays.items()}, labels[:6])).history
+    results["fit_history"] = [history[k] for k in ("loss", "accuracy", "val_loss", "val_accuracy")]
     results["fit_weights"] = np.concatenate([w.ravel() for w in classifier.get_weights()])
     results["predict"] = classifier.predict(TEXTS[:5], verbose=0)
     tags = tagger.tags(TEXTS[:5])
