@@ -166,6 +166,9 @@ class DistributedTraining:
         return super()._maybe_symbolic_build(data_batch=data_batch)
 
     def _make_function(self, step_function, *args, **kwargs):
+        if keras.backend.backend() == "jax":  # steps that take PaddedBatches (see `fit` below)
+            jitted = not self.run_eagerly and self.jit_compile
+            return super()._make_function(partial_batches.on_real_rows(step_function, jitted), *args, **kwargs)
         # Keras' TensorFlow trainer averages each step's logs (loss and
         # metrics: scalars) over the workers of a MultiWorkerMirroredStrategy
         # with strategy.reduce("MEAN", v, axis=0) (reduce_per_replica), which
@@ -176,9 +179,6 @@ class DistributedTraining:
         # their mean along axis 0 over all workers is the mean over the
         # workers. The logs are made scalars again afterwards, which also keeps
         # them scalars once Keras reduces with axis=None (then drop this).
-        if keras.backend.backend() == "jax":
-            jitted = not self.run_eagerly and self.jit_compile
-            return super()._make_function(partial_batches.on_real_rows(step_function, jitted), *args, **kwargs)
         strategy = getattr(self, "_distribute_strategy", None)
         if keras.backend.backend() != "tensorflow" or strategy is None:
             return super()._make_function(step_function, *args, **kwargs)
