@@ -24,15 +24,15 @@ demo: $(VENV)/.installed
 # take on two cores. Each pass's output is printed whole when it ends.
 # PYTEST_ARGS picks tests: `make test PYTEST_ARGS=tests/models/test_bert_classifier.py`.
 #
-# A pass killed by a signal fails, and says where: (a native crash inside a
-# TensorFlow kernel was seen once in CI, in the first `fit` of
-# tests/models/test_bert_classifier.py, and not reproduced since, see
-# benchmarks/stress_train_step.py) faulthandler prints the Python stack of
-# every thread, in pytest and in every Python process a test starts
-# (PYTHONFAULTHANDLER); the core file (`ulimit -c unlimited`) gives the
-# native stacks of the crashing thread and of all the others, read by gdb
-# (tests/native_backtrace.py). A test still running after 20 minutes prints
-# every thread's Python stack (faulthandler_timeout): a hang shows where too.
+# A pass killed by a signal fails and shows where it died: faulthandler
+# prints the Python stack of every thread, in pytest and in every Python
+# process a test starts (PYTHONFAULTHANDLER); the core file (`ulimit -c
+# unlimited`) gives the native stacks of the crashing thread and of all the
+# others, read by gdb (tests/native_backtrace.py). A test still running after
+# 20 minutes prints every thread's Python stack (faulthandler_timeout), so a
+# hang shows where too. (A native crash in TensorFlow's train step was seen
+# once in CI, in the first `fit` of tests/models/test_bert_classifier.py;
+# benchmarks/stress_train_step.py has not reproduced it.)
 PYTEST_ARGS ?=
 
 test: $(VENV)/.installed
