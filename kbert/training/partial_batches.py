@@ -22,7 +22,6 @@ import collections
 
 import keras
 import numpy as np
-from keras.src.trainers.data_adapters import array_slicing, get_data_adapter
 from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 
 # A batch on its way to the devices, padded to a multiple of them: `batch`
@@ -123,6 +122,8 @@ def for_fit(devices, x, y, sample_weight, batch_size, steps, shuffle, class_weig
             validation_data, validation_batch_size, validation_steps):
     """`fit`'s training and validation data as `PaddedBatches`, split as
     Keras' fit splits `validation_split` (arrays only, before batching)."""
+    from keras.src.trainers.data_adapters import array_slicing
+
     if validation_split and validation_data is None:
         (x, y, sample_weight), validation_data = array_slicing.train_validation_split(
             (x, y, sample_weight), validation_split=validation_split)
@@ -141,6 +142,8 @@ class PaddedBatches(DataAdapter):
     @classmethod
     def of(cls, devices, x, y=None, sample_weight=None, batch_size=None, steps=None, shuffle=False,
            class_weight=None):
+        from keras.src.trainers.data_adapters import get_data_adapter
+
         return cls(get_data_adapter(x, y, sample_weight, batch_size=batch_size, steps_per_epoch=steps,
                                     shuffle=shuffle, class_weight=class_weight), devices)
 
