@@ -21,21 +21,35 @@ demo: $(VENV)/.installed
 # The three passes run at the same time: a pass spends much of its time in
 # one Python thread (tracing, compiling, waiting for the processes it starts),
 # so together they finish in about two thirds of the time one after the other
-# take on two cores. Each pass's output is printed whole when it ends. A pass
-# killed by a signal (a crash inside a native TensorFlow kernel, seen once in
-# CI and not reproduced since: the log above it names the test and the CPU)
-# runs once more; a second crash, or any failure, fails.
+# take on two cores. Each pass's output is printed whole when it ends.
+# PYTEST_ARGS picks tests: `make test PYTEST_ARGS=tests/models/test_bert_classifier.py`.
+#
+# A pass killed by a signal fails and shows where it died: faulthandler
+# prints the Python stack of every thread, in pytest and in every Python
+# process a test starts (PYTHONFAULTHANDLER); the core file (`ulimit -c
+# unlimited`) gives the native stacks of the crashing thread and of all the
+# others, read by gdb (tests/native_backtrace.py). A test still running after
+# 20 minutes prints every thread's Python stack (faulthandler_timeout), so a
+# hang shows where too. (A native crash in TensorFlow's train step was seen
+# once in CI, in the first `fit` of tests/models/test_bert_classifier.py;
+# benchmarks/stress_train_step.py has not reproduced it.)
+PYTEST_ARGS ?=
+
 test: $(VENV)/.installed
 	@$(MAKE) --no-print-directory -j$(words $(BACKENDS)) --output-sync=target $(addprefix test-,$(BACKENDS))
 
 $(addprefix test-,$(BACKENDS)): test-%: $(VENV)/.installed
 	@echo "=== KERAS_BACKEND=$* ==="; \
-	KERAS_BACKEND=$* $(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10; status=$$?; \
+	ulimit -c unlimited 2>/dev/null || echo "=== (no core files: ulimit -c unlimited was refused) ==="; \
+	pidfile=$$(mktemp); \
+	KERAS_BACKEND=$* PYTHONFAULTHANDLER=1 sh -c 'echo $$$$ > "$$0"; exec "$$@"' "$$pidfile" \
+		$(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10 -o faulthandler_timeout=1200 $(PYTEST_ARGS); \
+	status=$$?; \
 	if [ $$status -gt 128 ]; then \
-		echo "=== KERAS_BACKEND=$*: pytest was killed by signal $$((status - 128)), above; once more ==="; \
-		KERAS_BACKEND=$* $(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10; status=$$?; \
+		echo "=== KERAS_BACKEND=$*: pytest (process $$(cat $$pidfile)) was killed by signal $$((status - 128)) ==="; \
+		$(PYTHON) tests/native_backtrace.py $$(cat $$pidfile) $(PYTHON); \
 	fi; \
-	exit $$status
+	rm -f $$pidfile; exit $$status
 
 # A second environment with the oldest versions kbert claims: those Colab ships
 # (TensorFlow 2.20.0, Keras 3.13) and TF Serving 2.20 links (tensorflow-text

@@ -154,14 +154,15 @@ class BertPreprocessor(keras.layers.Layer):
         """Whether `x` is raw input for this preprocessor (not features
         already): texts or pairs held in memory, or a `tf.data.Dataset` of
         them (alone, or first in `(x, y[, sample_weight])` elements)."""
-        if x is None or isinstance(x, dict):
-            return False
         if isinstance(x, tf.data.Dataset):
             spec = x.element_spec
             if isinstance(spec, tuple) and spec and not _all_text(spec):
                 spec = spec[0]
             return _all_text(spec)
-        return True
+        # Lists, tuples and arrays are checked as text (`examples`), so that
+        # wrong input fails saying what to fix; anything else (a dict of
+        # features, Keras' own batches) goes to Keras as it is.
+        return isinstance(x, (list, tuple, np.ndarray, str, bytes))
 
     def examples(self, x, y=None, sample_weight=None, head=None):
         """Raw input held in memory, checked, as the tensors whose rows are

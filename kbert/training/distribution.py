@@ -10,13 +10,17 @@ computes what one device would on the whole batch.
 
 Any `tf.distribute` strategy works, TensorFlow's own included: what Keras 3's
 TensorFlow trainer needs to train kbert's models under one is in the models
-themselves (`DistributedTraining`), not in the strategy.
+themselves (`DistributedTraining`), not in the strategy. The same mixin lets
+JAX's data parallelism take batches that the devices do not divide (the last
+batch of a data set, a `predict` on a few texts).
 """
 
 import json
 import os
 
 import keras
+
+from kbert.training import partial_batches
 
 
 def strategy(tpu=None):
@@ -90,6 +94,13 @@ def data_parallel(devices=None):
     On CPU, `XLA_FLAGS=--xla_force_host_platform_device_count=N` (set before
     JAX starts) gives N devices to try it on.
 
+    A batch of a size the devices do not divide (the last one of a data set,
+    or `predict` on 5 texts with 4 devices) is padded to a multiple of them
+    for its way to the devices, and the step drops the padded rows before
+    the model sees them, as `tf.distribute` splits such a batch unevenly:
+    losses, metrics and outputs are those of the real rows (in the models
+    that mix in `DistributedTraining`, as all of kbert's do).
+
     Args:
         devices: the devices to use, e.g. `keras.distribution.list_devices("gpu")`.
 
@@ -114,12 +125,23 @@ def data_parallel(devices=None):
 
 
 class DistributedTraining:
-    """Mixed into kbert's models (`kbert.models.Task`): works around two Keras 3
-    TensorFlow-trainer failures under `tf.distribute`, so that `fit` and
-    `evaluate` run with any strategy, `tf.distribute.MultiWorkerMirroredStrategy()`
-    as TensorFlow's guides make it included. Both overrides are private Keras
-    methods (keras/src/backend/tensorflow/trainer.py); on other backends, and
-    on Keras versions without them, they are never called.
+    """Mixed into kbert's models (`kbert.models.Task`).
+
+    On TensorFlow, works around two Keras 3 trainer failures under
+    `tf.distribute`, so that `fit` and `evaluate` run with any strategy,
+    `tf.distribute.MultiWorkerMirroredStrategy()` as TensorFlow's guides make
+    it included (`_maybe_symbolic_build`, `_make_function`).
+
+    On JAX under a `keras.distribution` (`data_parallel()`), lets `fit`,
+    `evaluate`, `predict` and `predict_on_batch` take batches that the
+    devices do not divide, with the losses, metrics and outputs of their
+    real rows (`kbert.training.partial_batches`).
+
+    The overrides of `_maybe_symbolic_build`, `_symbolic_build` and
+    `_make_function` are of private Keras methods
+    (keras/src/backend/{tensorflow,jax}/trainer.py), as are the data adapters
+    used on JAX; where a backend or Keras version does not call them, they
+    are never called.
     """
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -144,6 +166,9 @@ class DistributedTraining:
         return super()._maybe_symbolic_build(data_batch=data_batch)
 
     def _make_function(self, step_function, *args, **kwargs):
+        if keras.backend.backend() == "jax":  # steps that take PaddedBatches (see `fit` below)
+            jitted = not self.run_eagerly and self.jit_compile
+            return super()._make_function(partial_batches.on_real_rows(step_function, jitted), *args, **kwargs)
         # Keras' TensorFlow trainer averages each step's logs (loss and
         # metrics: scalars) over the workers of a MultiWorkerMirroredStrategy
         # with strategy.reduce("MEAN", v, axis=0) (reduce_per_replica), which
@@ -181,3 +206,59 @@ class DistributedTraining:
             return keras.tree.pack_sequence_as(outputs, flat)
 
         return function_with_scalar_logs
+
+    # === JAX: batches the devices do not divide (kbert.training.partial_batches) ===
+
+    def fit(self, x=None, y=None, batch_size=None, sample_weight=None, shuffle=True, class_weight=None,
+            steps_per_epoch=None, validation_split=0.0, validation_data=None, validation_batch_size=None,
+            validation_steps=None, **kwargs):
+        devices = partial_batches.batch_devices()
+        if devices > 1 and not isinstance(x, partial_batches.PaddedBatches):
+            x, validation_data = partial_batches.for_fit(
+                devices, x, y, sample_weight, batch_size, steps_per_epoch, shuffle, class_weight,
+                validation_split, validation_data, validation_batch_size or batch_size, validation_steps)
+            y = sample_weight = class_weight = None
+            validation_split = 0.0
+        return super().fit(x, y, batch_size=batch_size, sample_weight=sample_weight, shuffle=shuffle,
+                           class_weight=class_weight, steps_per_epoch=steps_per_epoch,
+                           validation_split=validation_split, validation_data=validation_data,
+                           validation_batch_size=validation_batch_size, validation_steps=validation_steps, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, steps=None, **kwargs):
+        devices = partial_batches.batch_devices()
+        if devices > 1 and not isinstance(x, partial_batches.PaddedBatches):
+            x = partial_batches.PaddedBatches.of(devices, x, y, sample_weight, batch_size, steps)
+            y = sample_weight = None
+        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, steps=steps, **kwargs)
+
+    def predict(self, x, batch_size=None, steps=None, **kwargs):
+        devices = partial_batches.batch_devices()
+        if devices > 1 and not isinstance(x, partial_batches.PaddedBatches):
+            x = partial_batches.PaddedBatches.of(devices, x, batch_size=batch_size, steps=steps)
+            self._build_on(x.first_x)
+        return super().predict(x, batch_size=batch_size, steps=steps, **kwargs)
+
+    def predict_on_batch(self, x):
+        devices = partial_batches.batch_devices()
+        if devices <= 1:
+            return super().predict_on_batch(x)
+        self._build_on(lambda: x)
+        # Keras' JAX predict_on_batch hands `x` to the step as it is, where
+        # the whole batch would run on every device: spread it.
+        return super().predict_on_batch(partial_batches.spread(partial_batches.pad(x, devices)))
+
+    def _build_on(self, first_x):
+        # As Keras' predict builds an unbuilt model on its first batch's
+        # inputs (`first_x()`), which it cannot read from a PaddedBatch.
+        if not all(layer.built for layer in self._flatten_layers()):
+            with keras.StatelessScope():
+                self(first_x())
+
+    def _symbolic_build(self, iterator=None, data_batch=None):
+        # Keras' JAX fit and evaluate build the model and its losses and
+        # metrics on the first batch of `iterator`, which must be Keras'
+        # `(x, y, sample_weight)`: hand it the padded batch itself (only its
+        # structure, shapes and dtypes count).
+        if iterator is not None and data_batch is None and keras.backend.backend() == "jax":
+            iterator = ((begin, end, map(partial_batches.unwrapped, batches)) for begin, end, batches in iterator)
+        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
