@@ -24,7 +24,8 @@ demo: $(VENV)/.installed
 # take on two cores. Each pass's output is printed whole when it ends.
 # PYTEST_ARGS picks tests: `make test PYTEST_ARGS=tests/models/test_bert_classifier.py`.
 #
-# A pass killed by a signal fails and shows where it died: faulthandler
+# A pass killed by a signal shows where it died, then runs once more (a
+# second crash, or any failure, fails): faulthandler
 # prints the Python stack of every thread, in pytest and in every Python
 # process a test starts (PYTHONFAULTHANDLER); the core file (`ulimit -c
 # unlimited`) gives the native stacks of the crashing thread and of all the
@@ -48,6 +49,9 @@ $(addprefix test-,$(BACKENDS)): test-%: $(VENV)/.installed
 	if [ $$status -gt 128 ]; then \
 		echo "=== KERAS_BACKEND=$*: pytest (process $$(cat $$pidfile)) was killed by signal $$((status - 128)) ==="; \
 		$(PYTHON) tests/native_backtrace.py $$(cat $$pidfile) $(PYTHON); \
+		echo "=== KERAS_BACKEND=$*: once more, after the crash printed above ==="; \
+		KERAS_BACKEND=$* PYTHONFAULTHANDLER=1 $(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10 \
+			-o faulthandler_timeout=1200 $(PYTEST_ARGS); status=$$?; \
 	fi; \
 	rm -f $$pidfile; exit $$status
 
