@@ -207,13 +207,13 @@ class Task(DistributedTraining, keras.Model):
             if batch_size is None and examples is not None:
                 batch_size = RECIPES[self.recipe["recipe"]]["batch_size"] or default_batch_size(examples)
             x = task_inputs.dataset(self, x, y, sample_weight, batch_size,
-                                    shuffle=shuffle and not isinstance(x, tf.data.Dataset))
+                                    shuffle=shuffle and not isinstance(x, tf.data.Dataset), labeled=True)
             y = sample_weight = batch_size = None
             validation_split, shuffle = 0.0, False  # done in the pipeline
             if isinstance(validation_data, tuple):
                 validation_data = task_inputs.dataset(self, *validation_data)
             elif validation_data is not None:
-                validation_data = task_inputs.dataset(self, validation_data)
+                validation_data = task_inputs.dataset(self, validation_data, labeled=True)
         if self._compiled_by_default:
             self._schedule_learning_rate(steps_per_epoch or steps(x, batch_size), epochs)
         self._build_optimizer()
@@ -226,7 +226,7 @@ class Task(DistributedTraining, keras.Model):
             self.compile()
         if task_inputs.is_raw(self, x):
             check_counts(x, y, sample_weight)
-            x = task_inputs.dataset(self, x, y, sample_weight, batch_size, sort=True)
+            x = task_inputs.dataset(self, x, y, sample_weight, batch_size, sort=True, labeled=True)
             y = sample_weight = batch_size = None
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 

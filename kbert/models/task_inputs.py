@@ -95,25 +95,33 @@ def _frozen(value):
 
 
 def _structure(spec):
-    return _frozen(tf.nest.map_structure(lambda s: (type(s).__name__, s.dtype.name), spec))
+    """A dataset's element structure as a key: each part's kind, dtype and
+    shape past the batch (a new one is checked and traced anew)."""
+    def part(s):
+        shape = s.shape
+        return type(s).__name__, s.dtype.name, None if shape.rank is None else tuple(shape.as_list()[1:])
+
+    return _frozen(tf.nest.map_structure(part, spec))
 
 
-def batch_function(model, pad_to, dataset_spec=None, structure=None):
+def batch_function(model, pad_to, dataset_spec=None, structure=None, labeled=False):
     """The model's preprocessing of a batch, traced once for these settings."""
     preprocessor, head = model.preprocessor, model.head_settings()
-    key = ("batches", pad_to, _frozen(head), _structure(dataset_spec) if dataset_spec is not None else structure)
-    return traced(preprocessor, key, lambda: preprocessor.batch_function(head, pad_to, dataset_spec))
+    key = ("batches", pad_to, _frozen(head), _structure(dataset_spec) if dataset_spec is not None else structure,
+           labeled)
+    return traced(preprocessor, key, lambda: preprocessor.batch_function(head, pad_to, dataset_spec, labeled))
 
 
-def dataset(model, x, y=None, sample_weight=None, batch_size=None, shuffle=False, sort=False):
+def dataset(model, x, y=None, sample_weight=None, batch_size=None, shuffle=False, sort=False, labeled=False):
     """A batched, preprocessed `tf.data.Dataset` from raw input; `shuffle`:
     in batches of similar lengths (`length_groups`), for `fit`; `sort`: in
-    order of length, for `evaluate`."""
+    order of length, for `evaluate`; `labeled`: a dataset's elements hold
+    labels (fit, evaluate)."""
     pad_to = padding(model)
     if isinstance(x, tf.data.Dataset):
         if _unbatched(x.element_spec, model.preprocessor):
             raise ValueError("Got an unbatched tf.data.Dataset of text: batch it first, e.g. dataset.batch(32).")
-        return map_batches(x, batch_function(model, pad_to, dataset_spec=x.element_spec))
+        return map_batches(x, batch_function(model, pad_to, dataset_spec=x.element_spec, labeled=labeled))
     preprocessor = model.preprocessor
     examples = preprocessor.examples(x, y, sample_weight, model.head_settings())
     batch_size = batch_size or 32
@@ -185,9 +193,12 @@ def split(x, y, sample_weight, validation_split):
     if not 0 < kept < count:
         raise ValueError(f"validation_split={validation_split} leaves no examples on one side of {count}; "
                          "use a value in (0, 1) that keeps at least one example on each side.")
-    head, tail = np.arange(kept), np.arange(kept, count)
-    training = tuple(take(v, head) if v is not None else None for v in (x, y, sample_weight))
-    validation = tuple(take(v, tail) for v in (x, y, sample_weight) if v is not None)
+
+    def rows(v, part):  # (lists of word lists are ragged: sliced, not made arrays)
+        return tuple(rows(u, part) for u in v) if isinstance(v, tuple) else (None if v is None else v[part])
+
+    training = tuple(rows(v, slice(0, kept)) for v in (x, y, sample_weight))
+    validation = tuple(rows(v, slice(kept, count)) for v in (x, y, sample_weight) if v is not None)
     return training, validation
 
 

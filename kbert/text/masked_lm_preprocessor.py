@@ -33,7 +33,7 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
             max_predictions=head["max_predictions"], whole_word=head["whole_word"],
         )
 
-    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None, labeled=False):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
         masker = self.masker(head)
 
@@ -80,7 +80,7 @@ class BertPretrainerPreprocessor(BertMaskedLMPreprocessor):
             return "segment_a" in x.element_spec
         return super().is_raw(x)
 
-    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None, labeled=False):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
         masker = self.masker(head)
 

@@ -186,16 +186,18 @@ class BertPreprocessor(keras.layers.Layer):
         texts = examples[0]
         return sum(self.tokenizer(t).row_lengths().numpy() for t in (texts if isinstance(texts, tuple) else (texts,)))
 
-    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None, labeled=False):
         """The function that a batch of examples goes through in `tf.data`:
         rows of `examples` (or the elements of a batched dataset of raw
         input, whose `element_spec` is `dataset_spec`) to `(features[,
         labels][, sample weights])`, padded as `pad_to` says (default: this
-        preprocessor's `pad_to`)."""
+        preprocessor's `pad_to`). A dataset of two strings is `(texts,
+        label names)` where it is `labeled` (fit, evaluate), else a pair
+        `(texts_a, texts_b)` (predict); labeled pairs are `((a, b), y)`."""
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
-        if dataset_spec is not None and isinstance(dataset_spec, tuple) and len(dataset_spec) == 2 \
-                and _all_text(dataset_spec):
-            return lambda a, b: preprocessor((a, b))  # a dataset of unlabeled pairs: (texts_a, texts_b)
+        if (not labeled and dataset_spec is not None and isinstance(dataset_spec, tuple) and len(dataset_spec) == 2
+                and _all_text(dataset_spec)):
+            return lambda a, b: preprocessor((a, b))
         labels = self.dataset_labels(head) if dataset_spec is not None else None
 
         def batch(x, *rest):

@@ -119,7 +119,7 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
             ids.append(sentence_ids)
         return ids
 
-    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None, labeled=False):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
 
         def batch(words, tags=None, sample_weight=None):
@@ -198,7 +198,7 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
         return qa.windows(preprocessor, questions, contexts, head["stride"], head["max_question_length"])
 
-    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None, labeled=False):
         """A batch of examples as the windows their contexts need (more rows
         than examples), with each window's answer positions and weights."""
 
@@ -253,7 +253,7 @@ class BertTextEmbedderPreprocessor(BertPreprocessor):
         mask = mask * tf.cast(tf.range(tf.shape(mask)[1]) >= skip, mask.dtype)[None, :]
         return {**features, "pooling_mask": mask}
 
-    def batch_function(self, head=None, pad_to=None, dataset_spec=None):
+    def batch_function(self, head=None, pad_to=None, dataset_spec=None, labeled=False):
         """Texts (with their prompt, if any, in them already) to features."""
 
         def batch(texts, *rest):
