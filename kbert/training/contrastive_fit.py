@@ -81,7 +81,7 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
         embedder: a compiled Keras model from a dict of int32 `[batch, length]`
             features to `[batch, dim]` embeddings.
         dataset: batches `((features of each column), scores)` of
-            `batch_size` examples (or fewer), `steps_per_epoch` a epoch.
+            `batch_size` examples (or fewer), `steps_per_epoch` of them an epoch.
         loss: a loss of `[batch, columns, dim]` embeddings
             (`kbert.training.contrastive`).
         mini_batch_size: GradCache's mini-batch (see `CachedColumnsModel`), or None.
