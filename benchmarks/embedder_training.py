@@ -64,7 +64,7 @@ def epoch_batches(train, epochs):
 
 def recall(encode, passages, test):
     from kbert.metrics import retrieval_metrics
-    from kbert.models.bert_text_embedder import semantic_search
+    from kbert.search import semantic_search
 
     _, ids = semantic_search(encode([q for q, _ in test]), encode(passages), top_k=10)
     return retrieval_metrics(ids, [i for _, i in test], recall_at=(1, 10))

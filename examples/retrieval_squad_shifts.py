@@ -21,7 +21,7 @@ from example_data import DATA, minilm_folder
 
 import kbert
 from kbert.metrics import retrieval_metrics
-from kbert.models.bert_text_embedder import semantic_search
+from kbert.search import semantic_search
 
 
 def read_squad_shifts():

@@ -1,6 +1,6 @@
 """kbert: BERT for Keras 3."""
 
-from kbert import layers, presets, serving, text, training
+from kbert import layers, presets, search, serving, text, training
 from kbert.models import (
     BertBackbone,
     BertClassifier,

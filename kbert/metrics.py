@@ -100,7 +100,7 @@ def retrieval_metrics(ranked_ids, relevant_ids, recall_at=(1, 10), mrr_at=10, nd
 
     Args:
         ranked_ids: per query, the retrieved ids, best first (e.g. the ids
-            of `kbert.models.bert_text_embedder.semantic_search`).
+            of `kbert.search.semantic_search`).
         relevant_ids: per query, its relevant id or a collection of them.
         recall_at: the k of each recall@k.
         mrr_at, ndcg_at: the k of MRR and nDCG.

@@ -12,6 +12,7 @@ RANKS = {
     "backend": 0,
     "presets": 1,
     "layers": 1,
+    "search": 1,
     "text": 2,
     "training": 2,
     "serving": 2,

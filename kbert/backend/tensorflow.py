@@ -1,125 +1,22 @@
-"""TensorFlow's implementations of kbert's primitives (public TF APIs only)."""
+"""TensorFlow's implementations of kbert's primitives (public TF APIs only);
+the elementwise ones (LayerNorm, the GELU of `dense`) are written in
+`tensorflow_fused.py`."""
 
 import functools
-import math
 
 import keras
 import tensorflow as tf
-from tensorflow.python.framework import ops as tf_ops
 
 from kbert.backend import default
-
-
-def _custom_gradient(f):
-    """`tf.custom_gradient` whose entries in TensorFlow's gradient registry
-    go once the gradient is taken.
-
-    In a graph, each call registers its gradient function in a global
-    registry that never lets go of it (tensorflow/tensorflow#97697), and the
-    function holds the traced graph: every new trace of a training step
-    kept its whole graph alive, and with GradCache the model too (an
-    embedder's `fit` with `mini_batch_size` grew the process by about 0.5
-    GB a call). The entries a call adds are its own and those of custom
-    gradients inside it that nothing differentiates (GradCache's first
-    pass); the tape that takes the gradient holds its own reference, so
-    nothing else needs them. The registry is private: where it is not a
-    dict of names, entries are left as TensorFlow leaves them.
-    """
-
-    @functools.wraps(f)
-    def call(*args):
-        names = set()
-
-        def forward(*args):
-            result, gradient = f(*args)
-
-            def once(*upstream, **kwargs):
-                try:
-                    return gradient(*upstream, **kwargs)
-                finally:
-                    registry = _gradient_registry()
-                    for name in names:
-                        registry.pop(name, None)
-
-            return result, once
-
-        before = set(_gradient_registry())
-        result = tf.custom_gradient(forward)(*args)
-        names.update(set(_gradient_registry()) - before)
-        return result
-
-    return call
-
-
-def _gradient_registry():
-    registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
-    return registry if isinstance(registry, dict) else {}
-
-
-def _normal_cdf(x):
-    # `tf.nn.gelu` is `0.5 * x * erfc(-x / sqrt(2))`, and Eigen's Erfc runs
-    # element by element where Erf is vectorised: for [1024, 1536] in float32
-    # on 2 cores, 5.6 ms against 3.1 ms for `x * _normal_cdf(x)` (the form
-    # transformers writes), and 63 ms forward and back in bfloat16 with
-    # autodiff's gradient through Erfc against 21 ms for `_erf_gelu`.
-    return 0.5 * (1.0 + tf.math.erf(x * (1 / math.sqrt(2))))
-
-
-def _gelu_slope(x, cdf):
-    # The exact GELU's derivative, `cdf + x * pdf`.
-    return cdf + x * (tf.exp(-0.5 * tf.square(x)) * (1 / math.sqrt(2 * math.pi)))
-
-
-@_custom_gradient
-def _erf_gelu(x):
-    # The exact GELU with its derivative written out.
-    if _fuses_with_xla(x.shape, x.dtype):
-        return _xla_gelu(x), lambda upstream: _xla_gelu_gradient(x, upstream)
-    cdf = _normal_cdf(x)
-
-    def gradient(upstream):
-        with tf.name_scope("gelu_gradient"):
-            return upstream * _gelu_slope(x, cdf)
-
-    return x * cdf, gradient
-
-
-# Elementwise chains on a CPU: TensorFlow runs each op of a chain as its own
-# pass over memory (the GELU's is 5 forward and 7 back, each reading and
-# writing a [tokens, intermediate] tensor); XLA compiles the chain into one
-# loop. A function compiled this way inside a graph that is not runs as one
-# op, and the matmuls around it stay oneDNN's. XLA compiles each new shape
-# (about 40 ms for the GELU), so only statically shaped tensors are fused:
-# the batches of a fixed length (pre-training, `fit` on padded arrays) and
-# not those padded to each batch's longest text. Computed in float32,
-# rounded once. One [4096, 3072] bfloat16 GELU forward and back (BERT-base's
-# feed-forward at 32 x 128): 23 ms as TensorFlow's ops, 6 ms fused.
-
-
-def _fuses_with_xla(shape, dtype=None):
-    """Whether a tensor of `shape` (every dimension known) and `dtype` (a
-    float, or None: not a float computation, e.g. random bits) is computed
-    by an XLA-compiled function here."""
-    known = shape.is_fully_defined() if isinstance(shape, tf.TensorShape) else all(isinstance(n, int) for n in shape)
-    floats = dtype is None or dtype in (tf.bfloat16, tf.float16, tf.float32)
-    return known and floats and not _in_xla_context() and _cpu_only()
-
-
-@functools.cache
-def _cpu_only():
-    return not any(tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU"))
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _xla_gelu(x):
-    z = tf.cast(x, tf.float32)
-    return tf.cast(z * _normal_cdf(z), x.dtype)
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _xla_gelu_gradient(x, upstream):
-    z = tf.cast(x, tf.float32)
-    return tf.cast(tf.cast(upstream, tf.float32) * _gelu_slope(z, _normal_cdf(z)), x.dtype)
+from kbert.backend.tensorflow_fused import (
+    custom_gradient,
+    erf_gelu,
+    fuses_with_xla,
+    in_xla_context,
+    normal_cdf,
+    xla_words,
+)
+from kbert.backend.tensorflow_fused import layer_norm  # noqa: F401 (this backend's primitive, written there)
 
 
 def dense(x, kernel, bias, activation=None, training=False):
@@ -128,93 +25,19 @@ def dense(x, kernel, bias, activation=None, training=False):
     # With oneDNN on (TensorFlow's default on Intel CPUs with AVX-512), the
     # exact GELU that follows is fused into it too, in either form; with it
     # off (e.g. on AMD CPUs) the GELU runs as its own ops, and the Erf form
-    # (`_normal_cdf`) is the cheaper. The gradient, where one is taken, is
-    # written out (`_erf_gelu`).
+    # (`normal_cdf`) is the cheaper. The gradient, where one is taken, is
+    # written out (`erf_gelu`).
     # (A 2-D `x`, as `TransformerEncoder` gives, needs no reshape either way.)
     rank = x.shape.rank
     flat = tf.nn.bias_add(tf.matmul(x if rank == 2 else tf.reshape(x, [-1, x.shape[-1]]), kernel), bias)
     if activation == "gelu":
         with tf.name_scope("gelu"):
-            flat = _erf_gelu(flat) if training else flat * _normal_cdf(flat)
+            flat = erf_gelu(flat) if training else flat * normal_cdf(flat)
     elif activation is not None:
         flat = tf.nn.gelu(flat, approximate=True)
     if rank == 2:
         return flat
     return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[-1]]], axis=0))
-
-
-def layer_norm(x, gamma, beta, epsilon, training=False):
-    dtype = x.dtype
-    fused = _fuses_with_xla(x.shape, dtype)
-    if not (training or fused):
-        return default.layer_norm(x, gamma, beta, epsilon)
-    compute = tf.float64 if dtype == tf.float64 else tf.float32
-    gamma, beta = (tf.cast(tf.convert_to_tensor(w), compute) for w in (gamma, beta))
-    if fused:
-        # In inference one computation, where Keras' is about 12 ops, each a
-        # pass over the activations, the casts to float32 and back among
-        # them (half of BERT-base's inference op time outside matmuls); no
-        # custom gradient, which nothing would take.
-        return _fused_layer_norm(x, gamma, beta, epsilon) if training else _xla_layer_norm(x, gamma, beta, epsilon)
-    return tf.cast(_layer_norm(tf.cast(x, compute), gamma, beta, epsilon), dtype)
-
-
-def _layer_norm(x, gamma, beta, epsilon):
-    @_custom_gradient
-    def normalize(x, gamma, beta):
-        normalized, scale = _normalized(x, epsilon)
-
-        def gradient(upstream):
-            with tf.name_scope("layer_norm_gradient"):
-                return _layer_norm_gradient(upstream, gamma, normalized, scale)
-
-        return normalized * gamma + beta, gradient
-
-    return normalize(x, gamma, beta)
-
-
-def _normalized(x, epsilon):
-    """`(x - mean) / sqrt(variance + epsilon)` over the last axis, and that
-    `1 / sqrt(...)`."""
-    centered = x - tf.reduce_mean(x, axis=-1, keepdims=True)
-    scale = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon)
-    return centered * scale, scale
-
-
-def _layer_norm_gradient(upstream, gamma, normalized, scale):
-    """The gradients of `normalized * gamma + beta` for x, gamma and beta."""
-    rows = list(range(normalized.shape.rank - 1))
-    given = upstream * gamma
-    mean_given = tf.reduce_mean(given, axis=-1, keepdims=True)
-    along = tf.reduce_mean(given * normalized, axis=-1, keepdims=True)
-    return (scale * (given - mean_given - normalized * along),
-            tf.reduce_sum(upstream * normalized, axis=rows), tf.reduce_sum(upstream, axis=rows))
-
-
-def _fused_layer_norm(x, gamma, beta, epsilon):
-    # `_layer_norm`'s formulas, each way one XLA computation (the casts in
-    # it): a [4096, 768] bfloat16 LayerNorm forward and back, 6.8 ms as
-    # TensorFlow's ops, 4.1 ms fused. The way back recomputes the statistics
-    # from `x` instead of keeping float32 copies.
-    @_custom_gradient
-    def normalize(x, gamma, beta):
-        return (_xla_layer_norm(x, gamma, beta, epsilon),
-                lambda upstream: _xla_layer_norm_gradient(x, gamma, upstream, epsilon))
-
-    return normalize(x, gamma, beta)
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _xla_layer_norm(x, gamma, beta, epsilon):
-    normalized, _ = _normalized(tf.cast(x, tf.float32), epsilon)
-    return tf.cast(normalized * gamma + beta, x.dtype)
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _xla_layer_norm_gradient(x, gamma, upstream, epsilon):
-    normalized, scale = _normalized(tf.cast(x, tf.float32), epsilon)
-    dx, dgamma, dbeta = _layer_norm_gradient(tf.cast(upstream, tf.float32), gamma, normalized, scale)
-    return tf.cast(dx, x.dtype), dgamma, dbeta
 
 
 def random_int16(shape, seed_generator):
@@ -242,14 +65,9 @@ def _random_words(shape, seed_generator):
     if seed.dtype != tf.int32:  # (as Keras: TensorFlow's stateless draws take int32 seeds)
         seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
     words = [*shape[:-1], (shape[-1] + 1) // 2]
-    if _fuses_with_xla(words):
-        return _xla_words(tuple(words), seed)
+    if fuses_with_xla(words):
+        return xla_words(tuple(words), seed)
     return tf.random.stateless_uniform(words, seed, minval=None, maxval=None, dtype=tf.uint32)
-
-
-@tf.function(jit_compile=True, autograph=False)
-def _xla_words(shape, seed):
-    return tf.random.stateless_uniform(shape, seed, minval=None, maxval=None, dtype=tf.uint32, alg="threefry")
 
 
 def exact_bfloat16_softmax(with_gradient):
@@ -368,13 +186,13 @@ def remat_in_turn(run, count):
     # Under XLA the calls stay unrolled, with `i` a constant: XLA clamps a
     # slice that starts at a computed index to fit (the last mini-batch
     # read rows of the one before it).
-    unrolled = _in_xla_context()
+    unrolled = in_xla_context()
 
     def loop(body, initial):
         return tf.while_loop(lambda i, *_: i < count, body, (tf.constant(0),) + tuple(initial),
                              parallel_iterations=1)[1:]
 
-    @_custom_gradient
+    @custom_gradient
     def in_turn(anchor):  # (a custom gradient takes at least one tensor)
         # The way back below reads only these calls' outputs, none of the
         # tensors inside them: each call's activations are freed as soon as
@@ -423,11 +241,3 @@ def remat_in_turn(run, count):
     return in_turn(tf.constant(0.0))
 
 
-def _in_xla_context():
-    """Whether the graph being traced compiles with XLA (`jit_compile`);
-    True where TensorFlow's private module that tells has moved."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:
-        return True
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())

@@ -1,5 +1,3 @@
-import contextlib
-import numbers
 import os
 
 import keras
@@ -7,20 +5,17 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from kbert import backend
 from kbert.models import task_answers, task_inputs
 from kbert.models.task import Task
 from kbert.presets import files, reader
 from kbert.presets import sentence_transformers as st
+from kbert.search import semantic_search
+from kbert.search import similarity as cosine_similarity
 from kbert.text import BertTokenizer
 from kbert.text.pipeline import map_batches, text_tensor, without_autotune
 from kbert.text.task_preprocessors import BertTextEmbedderPreprocessor
-from kbert.training.contrastive import (
-    CoSENTLoss,
-    MultipleNegativesRankingLoss,
-    batches_without_duplicates,
-)
-from kbert.training.distribution import DistributedTraining
+from kbert.training import contrastive_fit
+from kbert.training.contrastive import CoSENTLoss, MultipleNegativesRankingLoss
 
 POOLING_MODES = st.POOLING_MODES
 _DENSE_KEYS = ("units", "activation", "use_bias")
@@ -72,7 +67,8 @@ class BertTextEmbedder(Task):
 
     Args:
         backbone: a `kbert.BertBackbone`.
-        preprocessor: a `kbert.BertPreprocessor` for raw strings, or `None`.
+        preprocessor: a `kbert.BertTextEmbedderPreprocessor` (or a `kbert.BertPreprocessor`,
+            read as one) for raw strings, or `None`.
         pooling: one of `"mean"` (over tokens where `padding_mask` is 1),
             `"cls"`, `"max"`, `"mean_sqrt_len_tokens"`, `"weightedmean"`,
             `"lasttoken"`, or a list of them, concatenated in that order.
@@ -194,15 +190,13 @@ class BertTextEmbedder(Task):
 
     @staticmethod
     def similarity(a, b):
-        """Cosine similarities of two sets of embeddings, `[len(a), len(b)]`."""
-        a, b = (np.asarray(v, "float32") for v in (a, b))
-        a = a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12)
-        b = b / np.maximum(np.linalg.norm(b, axis=-1, keepdims=True), 1e-12)
-        return a @ b.T
+        """Cosine similarities of two sets of embeddings, `[len(a), len(b)]`
+        (`kbert.search.similarity`)."""
+        return cosine_similarity(a, b)
 
     def search(self, queries, corpus_embeddings, top_k=10, prompt_name=None, prompt=None, batch_size=32):
         """The `top_k` nearest of `corpus_embeddings` to each query text:
-        `(scores, ids)`, `[len(queries), top_k]` each (see `semantic_search`)."""
+        `(scores, ids)`, `[len(queries), top_k]` each (`kbert.search.semantic_search`)."""
         return semantic_search(self.encode(queries, prompt_name, prompt, batch_size), corpus_embeddings, top_k)
 
     # === Export ===
@@ -245,11 +239,10 @@ class BertTextEmbedder(Task):
                 `batch_size` as negatives. The same loss and gradients as
                 without it, for a batch larger than fits in memory, at the
                 cost of a second forward pass of each mini-batch
-                (`benchmarks/grad_cache.py` measures both).
+                (`benchmarks/grad_cache.py` measures both;
+                `kbert.training.contrastive_fit.CachedColumnsModel`).
         """
-        if mini_batch_size is not None and (isinstance(mini_batch_size, bool) or
-                                            not isinstance(mini_batch_size, numbers.Integral) or mini_batch_size < 1):
-            raise ValueError(f"mini_batch_size={mini_batch_size!r}: give a positive number of examples, or None.")
+        contrastive_fit.check_mini_batch_size(mini_batch_size)
         if not (self.preprocessor is not None and isinstance(x, tuple) and not isinstance(x, tf.data.Dataset)):
             if mini_batch_size is not None:
                 raise ValueError("mini_batch_size (GradCache) works on a tuple of lists of texts, e.g. "
@@ -262,77 +255,20 @@ class BertTextEmbedder(Task):
                 )
             return super().fit(x, y, batch_size=batch_size, epochs=epochs, **kwargs)
         columns = text_tensor(x, names=("anchors", "positives") + tuple(f"negatives_{i}" for i in range(1, 9)))
-        if len(columns) < 2:
-            raise ValueError(f"Got {len(columns)} list of texts; fit takes (anchors, positives[, negatives]).")
-        n = int(columns[0].shape[0])
-        if y is not None and len(y) != n:
-            raise ValueError(f"Got {n} pairs but {len(y)} scores; pass one score per pair.")
+        batch_size = batch_size or 32
+        texts, steps = contrastive_fit.column_batches(columns, y, batch_size, epochs, seed, no_duplicates)
         if not self.compiled:
             self.compile()
-        loss = self.loss
-        if y is not None and getattr(self, "_default_loss", False):
-            loss = CoSENTLoss()
-        batch_size = batch_size or 32
-        texts = [[t.decode("utf-8", "replace") for t in c.numpy()] for c in columns] if no_duplicates else None
-        per_epoch = []
-        for epoch in range(epochs):
-            epoch_seed = None if seed is None else seed + epoch
-            if no_duplicates:
-                per_epoch.append(batches_without_duplicates(texts, batch_size, epoch_seed))
-            else:
-                order = np.random.default_rng(epoch_seed).permutation(n)
-                per_epoch.append([order[i:i + batch_size] for i in range(0, n, batch_size)])
-        steps = min(len(b) for b in per_epoch)
-        batches = [batch for epoch in per_epoch for batch in epoch[:steps]]
-        dataset = self._pair_dataset(columns, y, batches)
+        loss = CoSENTLoss() if y is not None and getattr(self, "_default_loss", False) else self.loss
+        preprocessor, head, pad_to = self.preprocessor, self.head_settings(), task_inputs.padding(self)
+        dataset = without_autotune(map_batches(texts, lambda texts, scores: (
+            tuple(preprocessor.features(t, head, pad_to=pad_to) for t in texts), scores)))
         if self._compiled_by_default:
             self._schedule_learning_rate(steps, epochs)
-        # Made in the strategy this embedder was built in (if any), so that
-        # fit runs on its replicas.
-        strategy = getattr(self, "_distribute_strategy", None)
         # The pooler ([CLS] dense + tanh) is no part of an embedding: frozen
         # while fitting, Keras does not warn that it gets no gradient.
-        pooler, pooler_trainable = self.backbone.pooled_dense, self.backbone.pooled_dense.trainable
-        pooler.trainable = False
-        try:
-            with strategy.scope() if strategy is not None else contextlib.nullcontext():
-                model = self._training_model(len(columns))
-                # Under a tf.distribute strategy each replica runs its share
-                # of the global batch, in as many mini-batches as that needs.
-                replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-                per_replica = -(-batch_size // replicas)
-                if mini_batch_size is not None and mini_batch_size < per_replica:
-                    model = _CachedColumnsModel(model, mini_batch_size, -(-per_replica // mini_batch_size))
-                model.compile(optimizer=self.optimizer, loss=loss, jit_compile=self.jit_compile)
-            kwargs.pop("shuffle", None)  # done above, per epoch
-            return model.fit(dataset, epochs=epochs, steps_per_epoch=steps, shuffle=False, **kwargs)
-        finally:
-            pooler.trainable = pooler_trainable
-
-    def _pair_dataset(self, columns, y, batches):
-        """Batches `[(features of each column), y]`, each column padded to its
-        own length."""
-        y = np.zeros(len(columns[0]), "float32") if y is None else np.asarray(y, "float32")
-        rows = tf.RaggedTensor.from_row_lengths(np.concatenate(batches).astype("int64"),
-                                                [len(b) for b in batches])
-        preprocessor, head, pad_to = self.preprocessor, self.head_settings(), task_inputs.padding(self)
-        y = tf.constant(y)
-
-        def gather(batch):
-            return (tuple(preprocessor.features(tf.gather(c, batch), head, pad_to=pad_to) for c in columns),
-                    tf.gather(y, batch))
-
-        return without_autotune(map_batches(tf.data.Dataset.from_tensor_slices(rows), gather))
-
-    def _training_model(self, num_columns):
-        """A model of this embedder's weights that embeds each column of a
-        batch: `[batch, columns, dim]`, what the contrastive losses take."""
-        inputs = tuple(
-            {name: keras.Input(shape=(None,), dtype="int32", name=f"{name}_{i}") for name in self.input}
-            for i in range(num_columns)
-        )
-        outputs = ops.stack([self(features) for features in inputs], axis=1)
-        return _ColumnsModel(inputs, outputs, name=f"{self.name}_columns")
+        return contrastive_fit.fit_columns(self, dataset, steps, len(columns), loss, batch_size, epochs,
+                                           mini_batch_size, frozen=[self.backbone.pooled_dense], **kwargs)
 
     # === Presets ===
 
@@ -379,100 +315,3 @@ class BertTextEmbedder(Task):
             sequence_length = files.load_json(preset.folder, st.SENTENCE_BERT_CONFIG).get("max_seq_length")
         return super().preset_preprocessor(preset, sequence_length, backbone)
 
-
-def semantic_search(query_embeddings, corpus_embeddings, top_k=10, corpus_chunk_size=50_000, query_chunk_size=100):
-    """The `top_k` corpus entries nearest (by cosine similarity) to each
-    query, computed chunk by chunk so that memory stays bounded by
-    `query_chunk_size * corpus_chunk_size` scores whatever the corpus size
-    (sentence-transformers' `util.semantic_search`).
-
-    Returns:
-        `(scores, ids)`: float32 and int64 numpy `[queries, min(top_k, corpus)]`,
-        best first.
-    """
-    queries = np.asarray(query_embeddings, "float32")
-    corpus = np.asarray(corpus_embeddings, "float32")
-    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
-        raise ValueError(f"semantic_search takes [queries, dim] and [corpus, dim] embeddings; got shapes "
-                         f"{queries.shape} and {corpus.shape}.")
-    k = min(int(top_k), len(corpus))
-    queries = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
-    norms = np.maximum(np.linalg.norm(corpus, axis=1, keepdims=True), 1e-12)
-    scores = np.full((len(queries), k), -np.inf, "float32")
-    ids = np.zeros((len(queries), k), "int64")
-    for q in range(0, len(queries), query_chunk_size):
-        best, best_ids = scores[q:q + query_chunk_size], ids[q:q + query_chunk_size]
-        for c in range(0, len(corpus), corpus_chunk_size):
-            rows = slice(c, c + corpus_chunk_size)
-            chunk = queries[q:q + query_chunk_size] @ (corpus[rows] / norms[rows]).T
-            merged = np.concatenate([best, chunk], axis=1)
-            merged_ids = np.concatenate([best_ids, np.arange(c, c + chunk.shape[1])[None].repeat(len(chunk), 0)], 1)
-            top = np.argsort(-merged, axis=1, kind="stable")[:, :k]
-            best, best_ids = np.take_along_axis(merged, top, 1), np.take_along_axis(merged_ids, top, 1)
-        scores[q:q + query_chunk_size], ids[q:q + query_chunk_size] = best, best_ids
-    return scores, ids
-
-
-class _ColumnsModel(DistributedTraining, keras.Model):
-    """`BertTextEmbedder.fit`'s model of the embedder on each column: a plain
-    functional model with the fixes that let Keras train it under any
-    `tf.distribute` strategy."""
-
-
-class _CachedColumnsModel(DistributedTraining, keras.Model):
-    """`fit(..., mini_batch_size=m)`'s model: GradCache (Gao et al. 2021,
-    "Scaling Deep Contrastive Learning Batch Size under Memory Limited
-    Setup"). The columns model runs on `m` examples at a time, each run
-    rematerialised (`kbert.backend.remat_in_turn`): the forward pass keeps
-    only the batch's embeddings, and the backward pass computes each
-    mini-batch's again, with its share of the loss' gradient, one at a time.
-    The loss itself sees the whole batch.
-
-    The recomputation draws the same dropout masks as the first pass: each
-    mini-batch sets every seed generator's state from the step's seed and
-    its own index, and the model's own seed generator moves on once per
-    step.
-    """
-
-    # Seed counters of two mini-batches lie this far apart. Keras on PyTorch
-    # seeds with the sum of a state's two words, so generator j's draws
-    # (base + j, then one more per call) must stay below the next
-    # mini-batch's; and the counter runs through its 2**32 values in
-    # 2**32 / (_SPACING * mini-batches) steps before masks repeat.
-    _SPACING = 2**10
-
-    def __init__(self, columns, mini_batch_size, max_chunks, **kwargs):
-        super().__init__(name=f"{columns.name}_cached", **kwargs)
-        self.columns = columns
-        self.mini_batch_size = int(mini_batch_size)
-        self.max_chunks = int(max_chunks)  # of a batch of unknown size (a TensorFlow graph)
-        self._seed_states = [v for v in columns.non_trainable_variables if v.name == "seed_generator_state"]
-        if 2 * len(self._seed_states) > self._SPACING:
-            raise ValueError(f"{len(self._seed_states)} dropout layers: GradCache replays at most "
-                             f"{self._SPACING // 2}.")
-        self.chunk_seeds = keras.random.SeedGenerator()
-
-    def call(self, inputs, training=False):
-        size = ops.shape(keras.tree.flatten(inputs)[0])[0]
-        chunks = -(-size // self.mini_batch_size) if isinstance(size, int) else self.max_chunks
-        # A copy: on TensorFlow `.value` is the variable itself, which the
-        # recomputation would read after it has moved on below.
-        base = ops.copy(self.chunk_seeds.state.value)
-        dtype = base.dtype
-
-        def run(i):  # (`i` a number, or on TensorFlow a scalar tensor)
-            # Generator j of mini-batch i: seed word base + j, counter from
-            # base + i * _SPACING.
-            counter = ops.cast(i, dtype) * self._SPACING
-            for j, variable in enumerate(self._seed_states):
-                variable.assign(base + ops.stack([ops.convert_to_tensor(j, dtype), counter]))
-            start = i * self.mini_batch_size
-            part = keras.tree.map_structure(lambda t: t[start:start + self.mini_batch_size], inputs)
-            return self.columns(part, training=training)
-
-        outputs = backend.remat_in_turn(run, chunks)
-        moved = base + ops.convert_to_tensor([0, chunks * self._SPACING], dtype=dtype)
-        self.chunk_seeds.state.assign(moved)
-        for variable in self._seed_states:
-            variable.assign(moved)  # (under JAX: no value of the remat trace is left behind)
-        return ops.concatenate(outputs, axis=0)

@@ -20,11 +20,11 @@ import tensorflow as tf
 
 from kbert.text._tf_text import regex_split_with_offsets
 from kbert.text.ragged import position_in_row, repeat, row_ids
-from kbert.text.tokenizer import _CJK, _PUNCTUATION, _WHITESPACE, normalize
+from kbert.text.pre_tokenization import CJK, PUNCTUATION, WHITESPACE, normalize
 
 # Words are split at whitespace and around punctuation and CJK ideographs.
-_OWN_WORD = f"{_PUNCTUATION}|{_CJK}"
-_WORD_DELIMITER = f"{_WHITESPACE}|{_OWN_WORD}"
+_OWN_WORD = f"{PUNCTUATION}|{CJK}"
+_WORD_DELIMITER = f"{WHITESPACE}|{_OWN_WORD}"
 
 
 def _sum_before_in_row(ragged):
@@ -104,7 +104,8 @@ def tokenize_with_byte_spans(tokenizer, texts):
     aligned = tf.gather(aligned, word_of_piece)
 
     # Combining accents that the normalizer dropped stay with the letter
-    # before them, as in `piece_spans`: a run of them joins that letter's group.
+    # before them (where Hugging Face's offsets leave a trailing one out: see
+    # the module's docstring): a run of them joins that letter's group.
     joins = tf.equal(normalized_lengths, 0) & tf.strings.regex_full_match(chars, r"\p{Mn}")
     group = tf.cumsum(tf.cast(~joins | tf.equal(position_in_row(char_starts), 0), tf.int64)) - 1
     group_ends = tf.gather(tf.math.unsorted_segment_max(char_ends, group, tf.size(chars, out_type=tf.int64)), group)
@@ -120,8 +121,6 @@ def tokenize_with_byte_spans(tokenizer, texts):
         tf.RaggedTensor.from_row_splits(values, row_splits, validate=False)
         for values in (pieces.flat_values, piece_starts, piece_ends)
     )
-
-
 
 
 def _split_words(texts):
@@ -195,7 +194,7 @@ def cut_after_words(texts, max_words):
 
 def _cut_after_words(texts, limit):
     split_texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-    chunks, starts, _ = regex_split_with_offsets(split_texts, f"(?:{_WHITESPACE})+")
+    chunks, starts, _ = regex_split_with_offsets(split_texts, f"(?:{WHITESPACE})+")
     gives_piece = tf.cast(tf.strings.regex_full_match(chunks.flat_values, _GIVES_A_PIECE), tf.int64)
     count = _sum_before_in_row(chunks.with_flat_values(gives_piece)) + gives_piece
     if limit.shape.rank:  # one budget per text

@@ -5,23 +5,23 @@ BertNormalizer, BertPreTokenizer and WordPiece) id for id, and runs anywhere a
 TensorFlow graph runs: eagerly, in `tf.data.Dataset.map`, in a `tf.function`
 and in an exported SavedModel.
 
-The steps, in Hugging Face's order:
-1. special tokens written in the text (`[MASK]`) are split out untouched;
-2. clean text: control and zero-width characters dropped;
-3. CJK ideographs surrounded by spaces;
-4. accents stripped (NFD, then non-spacing marks dropped) and text lowercased;
-5. words split on whitespace (of any kind), each punctuation character made
-   its own word;
-6. greedy longest-match-first WordPiece with `##` continuations.
+The steps, in Hugging Face's order: the text normalized and split into words
+(`kbert.text.pre_tokenization`: special tokens, clean text, CJK, accents,
+lowercase, whitespace and punctuation), then greedy longest-match-first
+WordPiece with `##` continuations. This module also reads and writes the
+vocabulary (`vocab.txt`) and the tokenizer's preset files.
 """
 
 import json
 import os
 
 import tensorflow as tf
+
 from kbert.presets.files import get_preset_dir, load_json
-from kbert.text._tf_text import regex_split_with_offsets, tf_text
-from kbert.text.ragged import repeat
+from kbert.text._tf_text import tf_text
+# (normalize, split_words and pre_tokenize stay importable from here.)
+from kbert.text.pre_tokenization import any_of_pattern, normalize, pre_tokenize, split_words  # noqa: F401
+from kbert.text.ragged import merge_rows, repeat
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -30,21 +30,6 @@ SUFFIX_INDICATOR = "##"
 MAX_CHARS_PER_WORD = 100
 VOCABULARY_FILE = "vocab.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-
-# Hugging Face drops U+0000, U+FFFD and the "other" characters (Cc, Cf, Co,
-# Cs) except \t \n \r; unassigned code points stay (and become [UNK]).
-_DROPPED = r"[^\P{C}\t\n\r]|\x{FFFD}"
-# Rust's `char::is_whitespace` once the Cc characters above are gone.
-_WHITESPACE = r"[\t\n\r\p{Z}]"
-# Rust's `is_ascii_punctuation() || is_punctuation()`: BERT counts ASCII
-# symbols such as $ + < = > ^ ` | ~ as punctuation too.
-_PUNCTUATION = r"[!-/:-@\[-`{-~\p{P}]"
-# BERT's "Chinese character" blocks (CJK Unified Ideographs and extensions,
-# CJK Compatibility Ideographs); Hangul and kana are not among them.
-_CJK = (
-    r"([\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
-    r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}])"
-)
 
 
 def read_vocabulary(path):
@@ -57,131 +42,6 @@ def write_vocabulary(vocabulary, path):
     """Writes `vocabulary` (a list of tokens) as a `vocab.txt` file."""
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(token + "\n" for token in vocabulary)
-
-
-def normalize(texts, lowercase=True, strip_accents=None, tokenize_chinese_chars=True):
-    """Applies Hugging Face's BertNormalizer to a 1-D string tensor.
-
-    Whitespace is left as it is (`split_words` treats every kind alike), and
-    invalid UTF-8 bytes become U+FFFD, which is then dropped like any other.
-
-    Args:
-        texts: a 1-D string tensor.
-        lowercase: whether to lowercase.
-        strip_accents: whether to drop accents (NFD, then drop non-spacing
-            marks); `None` means the same as `lowercase`.
-        tokenize_chinese_chars: whether to put spaces around CJK ideographs.
-
-    Example:
-    >>> normalize(tf.constant(["Héllo\u200b Wörld"])).numpy()[0].decode()
-    'hello world'
-    """
-    if strip_accents is None:
-        strip_accents = lowercase
-
-    def normalize_plain(texts):
-        return tf.strings.lower(texts) if lowercase else texts
-
-    def normalize_unicode(texts):
-        texts = tf.strings.unicode_transcode(
-            texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-        )
-        texts = tf.strings.regex_replace(texts, _DROPPED, "")
-        if tokenize_chinese_chars:
-            texts = tf.strings.regex_replace(texts, _CJK, r" \1 ")
-        if strip_accents:
-            texts = tf_text.normalize_utf8(texts, "NFD")
-            texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-        if lowercase:
-            # ICU lowercases a word-final Σ to ς; Rust (and so Hugging Face)
-            # lowercases one character at a time, always to σ.
-            texts = tf.strings.regex_replace(texts, "Σ", "σ")
-            texts = tf.strings.lower(texts, encoding="utf-8")
-        return texts
-
-    # Most text is printable ASCII, which only lowercasing can change: that
-    # cheap step runs on every row, then the other rows are redone.
-    other_rows = tf.where(~tf.strings.regex_full_match(texts, r"[\t\n\r\x20-\x7e]*"))
-    return tf.tensor_scatter_nd_update(
-        normalize_plain(texts), other_rows, normalize_unicode(tf.gather_nd(texts, other_rows))
-    )
-
-
-def split_words(texts):
-    """Hugging Face's BertPreTokenizer: splits normalized text into words.
-
-    Words are separated by whitespace, and every punctuation character is a
-    word of its own.
-
-    Args:
-        texts: a 1-D string tensor.
-
-    Returns:
-        A `tf.RaggedTensor` of strings, shape `[len(texts), (words)]`.
-    """
-    return regex_split_with_offsets(texts, f"{_WHITESPACE}+|{_PUNCTUATION}", _PUNCTUATION)[0]
-
-
-def pre_tokenize(
-    texts,
-    lowercase=True,
-    strip_accents=None,
-    tokenize_chinese_chars=True,
-    special_tokens=(),
-):
-    """Turns a 1-D string tensor into normalized words, as BERT sees them.
-
-    Args:
-        texts: a 1-D string tensor.
-        lowercase, strip_accents, tokenize_chinese_chars: as in `normalize`.
-        special_tokens: tokens recognised as themselves when written in the
-            text (not normalized, not split), as Hugging Face does.
-
-    Returns:
-        A `tf.RaggedTensor` of strings, shape `[len(texts), (words)]`.
-
-    Example:
-    >>> pre_tokenize(tf.constant(["Hello, [MASK]!"]), special_tokens=["[MASK]"])
-    <tf.RaggedTensor [[b'hello', b',', b'[MASK]', b'!']]>
-    """
-    options = dict(
-        lowercase=lowercase,
-        strip_accents=strip_accents,
-        tokenize_chinese_chars=tokenize_chinese_chars,
-    )
-    if not special_tokens:
-        return split_words(normalize(texts, **options))
-
-    # tf_text.regex_split ends a string at U+0000; U+0001 is dropped by clean
-    # text just the same, and like U+0000 it keeps "[MA\0SK]" from matching.
-    texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-    # Split the raw text around special tokens, which are never normalized.
-    special = _any_of(special_tokens)
-    pieces = regex_split_with_offsets(texts, special, special)[0]
-    flat_pieces = pieces.flat_values
-    is_special = tf.reduce_any(
-        tf.equal(flat_pieces[:, None], tf.constant(list(special_tokens))[None, :]), axis=-1
-    )
-    # A special piece stands in as one plain word, then gets its text back.
-    words = split_words(tf.where(is_special, "x", normalize(flat_pieces, **options)))
-    in_special = repeat(is_special, words.row_lengths())
-    raw = repeat(flat_pieces, words.row_lengths())
-    words = words.with_flat_values(tf.where(in_special, raw, words.flat_values))
-    return _merge_rows(words, pieces.row_splits)
-
-
-def _any_of(tokens):
-    """A regex matching any of `tokens`, longest first (as Hugging Face's leftmost-longest match)."""
-    return "|".join(
-        "".join(c if c.isalnum() else "\\" + c for c in token)
-        for token in sorted(tokens, key=len, reverse=True)
-    )
-
-
-def _merge_rows(ragged, row_splits):
-    """Concatenates the rows of `ragged` that `row_splits` groups together
-    (valid row splits of valid row splits: nothing to check)."""
-    return tf.RaggedTensor.from_row_splits(ragged.values, tf.gather(ragged.row_splits, row_splits), validate=False)
 
 
 def _map_rows(condition, if_true, if_false):
@@ -262,7 +122,7 @@ class BertTokenizer(tf.Module):
         word_end = r"\t\n\r !-/:-@\[-`{-~"
         maybe = [f"[^{word_end}]{{{MAX_CHARS_PER_WORD + 1},}}"]
         if self._special_tokens and not split_special_tokens:
-            maybe += [_any_of([t.lower() if lowercase else t for t in self._special_tokens])]
+            maybe += [any_of_pattern([t.lower() if lowercase else t for t in self._special_tokens])]
         self._needs_words = f"(?s).*(?:{'|'.join(maybe)}).*"
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocab=vocabulary,
@@ -417,7 +277,7 @@ class BertTokenizer(tf.Module):
         fixed = repeat(fixed, pieces.row_lengths())
         ids = repeat(ids, pieces.row_lengths())
         pieces = pieces.with_flat_values(tf.where(fixed, ids, pieces.flat_values))
-        return _merge_rows(pieces, words.row_splits)
+        return merge_rows(pieces, words.row_splits)
 
     def detokenize(self, ids):
         """Turns ids back into text: tokens joined by spaces, `##` pieces merged.

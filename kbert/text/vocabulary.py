@@ -1,7 +1,7 @@
 """Learning a WordPiece vocabulary from text, for `BertTokenizer`.
 
 Text is normalized and split into words exactly as `BertTokenizer` does
-(`kbert.text.tokenizer.pre_tokenize`), the words are counted, and
+(`kbert.text.pre_tokenization.pre_tokenize`), the words are counted, and
 tensorflow-text's WordPiece learner (the bottom-up algorithm used for BERT's
 multilingual vocabularies) picks the pieces.
 """
@@ -12,7 +12,8 @@ import os
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-from kbert.text.tokenizer import SPECIAL_TOKENS, SUFFIX_INDICATOR, pre_tokenize, write_vocabulary
+from kbert.text.pre_tokenization import pre_tokenize
+from kbert.text.tokenizer import SPECIAL_TOKENS, SUFFIX_INDICATOR, write_vocabulary
 
 
 def train_wordpiece_vocabulary(

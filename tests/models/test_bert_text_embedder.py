@@ -4,7 +4,7 @@ import pytest
 
 import kbert
 from kbert.metrics import retrieval_metrics, spearman
-from kbert.models.bert_text_embedder import semantic_search
+from kbert.search import semantic_search
 from tests.helpers import to_numpy
 
 SENTENCES = [
