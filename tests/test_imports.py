@@ -19,6 +19,7 @@ RANKS = {
     "models": 4,
     "plots": 4,
     "cli": 5,
+    "cli_data": 4,  # the command's input files, read by cli alone
 }
 
 
