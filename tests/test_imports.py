@@ -1,7 +1,10 @@
-"""kbert's packages depend on each other one way, read from the source itself."""
+"""kbert's packages depend on each other one way, read from the source itself;
+and `import kbert` needs none of the optional pieces."""
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -70,3 +73,31 @@ def test_no_kbert_import_hides_inside_a_function(path):
     # everywhere else an import inside a function would hide a cycle.
     hidden = [(line, target) for line, target, inside in kbert_imports(path) if inside]
     assert not hidden, f"{path.relative_to(ROOT.parent)} imports kbert inside functions at {hidden}"
+
+
+def test_kbert_imports_without_matplotlib_and_the_plots_say_how_to_get_it():
+    # As on Colab's TPU runtime: the plots are the only part that needs it.
+    code = (
+        "import sys\n"
+        "sys.modules['matplotlib'] = None  # makes `import matplotlib` fail\n"
+        "import kbert\n"
+        "assert 'plot_history' in dir(kbert) and kbert.BertClassifier\n"
+        "try:\n"
+        "    kbert.plot_history\n"
+        "except ModuleNotFoundError as e:\n"
+        "    print(e)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == (
+        "kbert.plot_history draws with matplotlib, which is not installed: `pip install matplotlib`."
+    )
+
+
+def test_plots_are_kbert_attributes_when_matplotlib_is_there():
+    import kbert
+    import kbert.plots
+
+    assert kbert.plot_attention is kbert.plots.plot_attention
+    with pytest.raises(AttributeError, match="no attribute 'plot_everything'"):
+        kbert.plot_everything
