@@ -27,6 +27,7 @@ from huggingface_hub import errors as hub_errors
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import validate_repo_id
 
+from kbert.presets import config_check
 from kbert.presets.registry import PRESETS
 
 HF_PREFIX = "hf://"
@@ -339,6 +340,8 @@ def _download(repo, revision, cache, etag_timeout, what, how, progress):
             raise explained from e
 
     folder = os.path.dirname(fetch(HF_CONFIG, revision))
+    # Before the other files: a config that cannot be built is refused before its weights' download.
+    config_check.check_hf_config(load_json(folder, HF_CONFIG), f"The config.json of {what}")
     # The rest from the commit config.json came from, even if the branch moves meanwhile.
     commit = os.path.basename(folder)
     fetch(VOCABULARY, commit)

@@ -4,7 +4,7 @@ import json
 import os
 import warnings
 
-from kbert.presets import files, huggingface
+from kbert.presets import config_check, files, huggingface
 
 KBERT_WEIGHTS = "model.weights.h5"
 _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
@@ -12,17 +12,23 @@ _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "in
 
 
 def backbone_config(folder):
-    """The `BertBackbone` config of a preset folder (either layout)."""
+    """The `BertBackbone` config of a preset folder (either layout), refused
+    if it cannot be built here (`config_check`)."""
     if files.is_kbert_layout(folder):
+        path = os.path.join(folder, files.KBERT_CONFIG)
         saved = files.load_json(folder, files.KBERT_CONFIG)
         if not isinstance(saved, dict) or not isinstance(saved.get("backbone"), dict):
             raise ValueError(
-                f'{os.path.join(folder, files.KBERT_CONFIG)} has no "backbone" entry; save_to_preset writes one. '
-                f"{files.how_to_replace(os.path.join(folder, files.KBERT_CONFIG))}"
+                f'{path} has no "backbone" entry; save_to_preset writes one. {files.how_to_replace(path)}'
             )
-        return dict(saved["backbone"])
+        config = dict(saved["backbone"])
+        config_check.check_backbone_config(config, path)
+        return config
     path = os.path.join(folder, files.HF_CONFIG)
-    return huggingface.backbone_config(files.load_json(folder, files.HF_CONFIG), source=path)
+    hf_config = files.load_json(folder, files.HF_CONFIG)
+    config = huggingface.backbone_config(hf_config, source=path)
+    config_check.check_hf_config(hf_config, path)
+    return config
 
 
 def checked_backbone_config(folder, preset, overrides):

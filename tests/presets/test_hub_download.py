@@ -1,6 +1,7 @@
 """Downloading `hf://` presets through huggingface_hub, against a local
 hub-like server: the cache, cut and stalled downloads, tokens, revisions."""
 
+import json
 import os
 import time
 
@@ -145,3 +146,14 @@ def test_revision_is_passed_through_and_a_missing_one_is_named(hub):
     assert get_preset_dir(f"{REPO}@{COMMIT}") == folder and hub.requests == []
     with pytest.raises(FileNotFoundError, match=r'has no revision "v2"'):
         get_preset_dir(REPO + "@v2")
+
+
+def test_an_absurd_config_is_refused_before_any_other_file_is_downloaded(hub, tiny_bert):
+    files, _ = tiny_bert
+    config = json.loads(files["config.json"])
+    hub.repos["owner/absurd"] = {**files, "config.json": json.dumps({**config, "vocab_size": 10**11}).encode()}
+    with pytest.raises(ValueError, match=r"The config\.json of hf://owner/absurd describes a model of [\d,]+ "
+                                         r"parameters \(vocab_size=100,000,000,000, .* needs about [\d,.]+ GB"):
+        kbert.BertBackbone.from_preset("hf://owner/absurd")
+    fetched = {path.rsplit("/", 1)[-1] for method, path in hub.requests if method == "GET"}
+    assert fetched == {"config.json"}
