@@ -1,8 +1,8 @@
 """A Hugging Face hub on 127.0.0.1, answering as the real one does for what
 huggingface_hub's `hf_hub_download` asks: HEAD and GET on
 `/{repo}/resolve/{revision}/{filename}`, with `ETag`, `X-Repo-Commit`,
-`Content-Length`, and `X-Error-Code` on errors. It can cut a body short
-(resumably or not), stall, and demand a token, and it records every request."""
+`Content-Length`, and `X-Error-Code` on errors. It can cut a body short,
+stall, and demand a token, and it records every request."""
 
 import hashlib
 import http.server

@@ -105,6 +105,17 @@ def test_stalled_download_fails_within_the_timeout(hub, monkeypatch, how):
     assert time.monotonic() - start < 4
 
 
+def test_an_absurd_config_is_refused_before_any_other_file_is_downloaded(hub, tiny_bert):
+    files, _ = tiny_bert
+    config = json.loads(files["config.json"])
+    hub.repos["owner/absurd"] = {**files, "config.json": json.dumps({**config, "vocab_size": 10**11}).encode()}
+    with pytest.raises(ValueError, match=r"The config\.json of hf://owner/absurd describes a model of [\d,]+ "
+                                         r"parameters \(vocab_size=100,000,000,000, .* needs about [\d,.]+ GB"):
+        kbert.BertBackbone.from_preset("hf://owner/absurd")
+    fetched = {path.rsplit("/", 1)[-1] for method, path in hub.requests if method == "GET"}
+    assert fetched == {"config.json"}
+
+
 def weight_gets(hub):
     return sum(1 for method, path in hub.requests if method == "GET" and path.endswith("/model.safetensors"))
 
@@ -192,13 +203,3 @@ def test_revision_is_passed_through_and_a_missing_one_is_named(hub):
     with pytest.raises(FileNotFoundError, match=r'has no revision "v2"'):
         get_preset_dir(REPO + "@v2")
 
-
-def test_an_absurd_config_is_refused_before_any_other_file_is_downloaded(hub, tiny_bert):
-    files, _ = tiny_bert
-    config = json.loads(files["config.json"])
-    hub.repos["owner/absurd"] = {**files, "config.json": json.dumps({**config, "vocab_size": 10**11}).encode()}
-    with pytest.raises(ValueError, match=r"The config\.json of hf://owner/absurd describes a model of [\d,]+ "
-                                         r"parameters \(vocab_size=100,000,000,000, .* needs about [\d,.]+ GB"):
-        kbert.BertBackbone.from_preset("hf://owner/absurd")
-    fetched = {path.rsplit("/", 1)[-1] for method, path in hub.requests if method == "GET"}
-    assert fetched == {"config.json"}
