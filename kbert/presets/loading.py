@@ -12,23 +12,27 @@ _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "in
 
 
 def backbone_config(folder):
-    """The `BertBackbone` config of a preset folder (either layout), refused
-    if it cannot be built here (`config_check`)."""
-    if files.is_kbert_layout(folder):
-        path = os.path.join(folder, files.KBERT_CONFIG)
-        saved = files.load_json(folder, files.KBERT_CONFIG)
-        if not isinstance(saved, dict) or not isinstance(saved.get("backbone"), dict):
+    """The `BertBackbone` config of a preset folder (either layout)."""
+    kbert_layout = files.is_kbert_layout(folder)
+    name = files.KBERT_CONFIG if kbert_layout else files.HF_CONFIG
+    return backbone_config_of(files.load_json(folder, name), kbert_layout, os.path.join(folder, name))
+
+
+def backbone_config_of(config, kbert_layout, source):
+    """The `BertBackbone` config in a preset's parsed `kbert_config.json`
+    (`kbert_layout`) or `config.json`, read from `source` (named in errors);
+    refused if it cannot be built here (`config_check`)."""
+    if kbert_layout:
+        if not isinstance(config, dict) or not isinstance(config.get("backbone"), dict):
             raise ValueError(
-                f'{path} has no "backbone" entry; save_to_preset writes one. {files.how_to_replace(path)}'
+                f'{source} has no "backbone" entry; save_to_preset writes one. {files.how_to_replace(source)}'
             )
-        config = dict(saved["backbone"])
-        config_check.check_backbone_config(config, path)
-        return config
-    path = os.path.join(folder, files.HF_CONFIG)
-    hf_config = files.load_json(folder, files.HF_CONFIG)
-    config = huggingface.backbone_config(hf_config, source=path)
-    config_check.check_hf_config(hf_config, path)
-    return config
+        backbone = dict(config["backbone"])
+        config_check.check_backbone_config(backbone, source)
+        return backbone
+    backbone = huggingface.backbone_config(config, source=source)
+    config_check.check_hf_config(config, source)
+    return backbone
 
 
 def checked_backbone_config(folder, preset, overrides):
