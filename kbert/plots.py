@@ -10,11 +10,20 @@ display. A notebook shows the returned Figure inline (after
 
 import keras
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 
 def _figure(width, height):
+    # matplotlib loads here, when a plot is drawn, not with kbert: a runtime
+    # may lack it (Colab's TPU runtime after the README's --no-deps install),
+    # and nothing else in kbert needs it.
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] != "matplotlib":
+            raise
+        raise ModuleNotFoundError("kbert's plots draw with matplotlib, which is not installed: "
+                                  "`pip install matplotlib`.", name="matplotlib") from None
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
     return figure

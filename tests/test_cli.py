@@ -13,7 +13,8 @@ import warnings
 import keras
 import pytest
 
-from kbert.cli import MAX_FIELD_CHARS, UsageError, build_parser, encode_labels, main, model_label_ids
+from kbert.cli import build_parser, main
+from kbert.cli_data import MAX_FIELD_CHARS, UsageError, encode_labels, model_label_ids
 
 MR = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "mr")
 
@@ -146,10 +147,38 @@ def test_fields_past_csvs_default_limit_are_read_up_to_a_bound(tmp_path, capsys,
 def test_a_row_without_a_label_is_named(tmp_path, capsys):
     short = write(tmp_path, "short.csv", "text,label\na fine film,1\na dull film\n")
     code, _, err = run(capsys, "train", "--data", short, "--output", str(tmp_path / "m"))
-    assert code == 2 and "short.csv, line 3: no value for column 'label'" in err
+    assert code == 2 and "short.csv, line 3: the row has 1 field, but the header has 2 (text, label): no value " \
+                         "for column 'label'" in err
     blank = write(tmp_path, "blank.csv", "text,label\na fine film,1\na dull film, \n")
     code, _, err = run(capsys, "train", "--data", blank, "--output", str(tmp_path / "m"))
     assert code == 2 and "blank.csv, line 3: the label (column 'label') is empty" in err
+
+
+@pytest.mark.parametrize("name, row, hint", [
+    ("extra.tsv", "a\tb\t1", "a tab inside a text splits it"),
+    ("extra.csv", "a,b,1", "Put that text in double quotes"),
+    ("extra_unused.csv", "a,1,", "Put that text in double quotes"),
+])
+def test_a_row_with_more_fields_than_the_header_is_refused_by_its_line(tmp_path, capsys, name, row, hint):
+    # Read by name, `a<TAB>b<TAB>1` used to train with "b" as its label.
+    sep = "\t" if name.endswith(".tsv") else ","
+    data = write(tmp_path, name, f"text{sep}label\na fine film{sep}1\n\n{row}\na dull film{sep}0\n")
+    code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"))
+    assert code == 2 and f"{name}, line 4: the row has 3 fields, but the header has 2 (text, label)" in err
+    assert hint in err and not os.path.exists(tmp_path / "m")
+
+
+def test_an_unclosed_quote_is_named_by_the_line_it_opens_on(tmp_path, capsys):
+    lines = ["text,label", '"a fine film,1'] + [f"film {i},{i % 2}" for i in range(16)]
+    data = write(tmp_path, "quote.csv", "\n".join(lines) + "\n")
+    code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"))
+    assert code == 2 and "quote.csv, line 2: the row has 1 field" in err
+    assert "The row runs from line 2 to line 18: a quote (\") opened on line 2 is not closed" in err
+
+    # A quoted text may hold line breaks; the next row is named by its own line.
+    data = write(tmp_path, "multiline.csv", 'text,label\n"two\nlines",1\nb,0,x\n')
+    code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"))
+    assert code == 2 and "multiline.csv, line 4: the row has 3 fields" in err
 
 
 def test_integer_labels_must_be_every_class_id_unless_num_classes_is_given(tmp_path, capsys):
@@ -230,6 +259,20 @@ def test_presets_lists_trains_default_preset(capsys):
     assert code == 0 and f"\n{default}: " in out
 
 
+def test_presets_loads_neither_kbert_nor_tensorflow():
+    # Through the console script's entry point, in a fresh interpreter: the
+    # table is fixed, so it must not wait for TensorFlow (8 s) to print it.
+    code = (
+        "import sys, kbert_cli\n"
+        "assert kbert_cli.main(['presets']) == 0\n"
+        "print(sorted(m for m in ('kbert', 'keras', 'tensorflow', 'numpy', 'huggingface_hub') "
+        "if m in sys.modules), file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr[-2000:]
+    assert "bert-base-uncased" in result.stdout and "\nminilm: " in result.stdout
+
+
 def test_every_option_has_help_text_and_shows_its_default():
     parser = build_parser()
     subcommands = next(a for a in parser._actions if a.dest == "command").choices
@@ -287,8 +330,11 @@ def test_console_script_is_installed_and_every_subcommand_has_help():
         assert exit.value.code == 0
 
 
-def test_a_subcommand_prints_no_tensorflow_startup_lines():
+def test_a_subcommand_prints_no_tensorflow_startup_lines(tmp_path):
+    # serve-check loads kbert, and with it TensorFlow, before it looks at its folder.
     script = os.path.join(os.path.dirname(sys.executable), "kbert")
-    result = subprocess.run([script, "presets"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and "minilm:" in result.stdout
-    assert result.stderr == "", result.stderr[-2000:]
+    missing = str(tmp_path / "missing")
+    result = subprocess.run([script, "serve-check", missing, "--text", "a"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == f"kbert serve-check: error: No SavedModel folder at {missing}\n", result.stderr[-2000:]

@@ -1,7 +1,10 @@
-"""kbert's packages depend on each other one way, read from the source itself."""
+"""kbert's packages depend on each other one way, read from the source itself;
+and `import kbert` needs none of the optional pieces."""
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -20,6 +23,7 @@ RANKS = {
     "models": 4,
     "plots": 4,
     "cli": 5,
+    "cli_data": 4,  # the command's input files, read by cli alone
 }
 
 
@@ -70,3 +74,19 @@ def test_no_kbert_import_hides_inside_a_function(path):
     # everywhere else an import inside a function would hide a cycle.
     hidden = [(line, target) for line, target, inside in kbert_imports(path) if inside]
     assert not hidden, f"{path.relative_to(ROOT.parent)} imports kbert inside functions at {hidden}"
+
+
+def test_kbert_imports_without_matplotlib_and_the_plots_say_how_to_get_it():
+    # As on Colab's TPU runtime: the plots are the only part that needs it.
+    code = (
+        "import sys\n"
+        "sys.modules['matplotlib'] = None  # makes `import matplotlib` fail\n"
+        "import kbert\n"
+        "try:\n"
+        "    kbert.plot_history({'loss': [0.7, 0.5]})\n"
+        "except ModuleNotFoundError as e:\n"
+        "    print(e)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "kbert's plots draw with matplotlib, which is not installed: `pip install matplotlib`."

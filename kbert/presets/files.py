@@ -14,6 +14,7 @@ hub's before they are named), `HF_TOKEN` is sent, and progress bars show.
 `HF_ENDPOINT` and the cache location are read at each call, not at import.
 """
 
+import inspect
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from huggingface_hub import errors as hub_errors
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import validate_repo_id
 
+from kbert.presets import config_check, download_bounds
 from kbert.presets.registry import PRESETS
 
 HF_PREFIX = "hf://"
@@ -36,8 +38,8 @@ KBERT_CONFIG = "kbert_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 VOCABULARY = "vocab.txt"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-# A download that writes nothing for this long is given up (KBERT_DOWNLOAD_TIMEOUT
-# overrides it). huggingface_hub writes 10 MB at a time, so this is also the
+# A download that gets no further for this long is given up (KBERT_DOWNLOAD_TIMEOUT
+# overrides it; download_bounds.py). huggingface_hub writes 10 MB at a time, so this is also the
 # slowest link that can fetch a file: 10 MB / 300 s, about 35 kB/s.
 STALL_TIMEOUT_S = 300
 # Git's rules for branch and tag names, narrowed: no `..`, which would also
@@ -208,8 +210,9 @@ def hub_snapshot(repo, revision=None, name=None):
         raise ConnectionError(f"Offline mode is on and {what} is not in the Hugging Face cache ({cache}). {how}")
     storage = os.path.join(cache, repo_folder_name(repo_id=repo, repo_type="model"))
     etag_timeout = _seconds("HF_HUB_ETAG_TIMEOUT", 10)
-    return _without_stalls(
-        lambda progress: _download(repo, revision, cache, etag_timeout, what, how, progress), storage, what, how
+    return download_bounds.without_stalls(
+        lambda progress: _download(repo, revision, cache, etag_timeout, what, how, progress), storage,
+        _seconds("KBERT_DOWNLOAD_TIMEOUT", STALL_TIMEOUT_S), what, how, hf_endpoint(),
     )
 
 
@@ -243,64 +246,6 @@ def _how_to_fetch(repo, revision, cache):
     )
 
 
-class _Progress:
-    """What the download thread is doing, for the stall watchdog."""
-
-    def __init__(self):
-        self.file = None
-        self.last = time.monotonic()
-        self.given_up = False
-
-    def start(self, filename):
-        if self.given_up:  # the caller has had its TimeoutError: fetch no more
-            raise TimeoutError(f"Download given up before {filename}.")
-        self.file = filename
-        self.last = time.monotonic()
-
-
-def _without_stalls(download, storage, what, how):
-    """Runs `download(progress)` in a thread and gives up, with a clear error,
-    once it writes nothing for KBERT_DOWNLOAD_TIMEOUT seconds.
-
-    huggingface_hub's timeouts are per read and its retries start afresh
-    after any data, so a server that sends a byte now and then would hold a
-    load forever. Progress is read off the partial files (`*.incomplete`) it
-    writes into the cache's blobs/ folder, which every huggingface_hub
-    version does. A file whose download is given up on goes on in the
-    daemon thread until huggingface_hub's own timeouts and retries end it
-    (it never names a partial file); no further file is fetched.
-    """
-    stall_s = _seconds("KBERT_DOWNLOAD_TIMEOUT", STALL_TIMEOUT_S)
-    progress, outcome = _Progress(), {}
-
-    def run():
-        try:
-            outcome["folder"] = download(progress)
-        except Exception as e:  # handed to the caller's thread as is
-            outcome["error"] = e
-
-    thread = threading.Thread(target=run, name=f"kbert download {what}", daemon=True)
-    thread.start()
-    written = _partial_files(storage)
-    try:
-        while thread.is_alive():
-            thread.join(min(1.0, stall_s / 4))
-            now_written = _partial_files(storage)
-            if now_written != written:
-                written, progress.last = now_written, time.monotonic()
-            if thread.is_alive() and time.monotonic() - progress.last > stall_s:
-                raise TimeoutError(
-                    f"Downloading {progress.file} of {what} from {hf_endpoint()} made no progress for "
-                    f"{stall_s:g} s, so it was given up; no part of it is cached as a whole file. Run it again, "
-                    f"or raise KBERT_DOWNLOAD_TIMEOUT (seconds, now {stall_s:g}) on a slow connection. {how}"
-                )
-    finally:
-        progress.given_up = True  # also on Ctrl-C
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["folder"]
-
-
 def _seconds(variable, default):
     value = os.environ.get(variable) or default
     try:
@@ -312,25 +257,22 @@ def _seconds(variable, default):
     return seconds
 
 
-def _partial_files(storage):
-    blobs = os.path.join(storage, "blobs")
-    try:
-        return {e.name: e.stat().st_size for e in os.scandir(blobs) if e.name.endswith(".incomplete")}
-    except OSError:
-        return {}
-
-
 def _download(repo, revision, cache, etag_timeout, what, how, progress):
     endpoint = hf_endpoint()
+    # The progress bar reports each piece to `progress`, which counts restarts (huggingface_hub 1.2+).
+    takes_bar = "tqdm_class" in inspect.signature(huggingface_hub.hf_hub_download).parameters
+    bar = {"tqdm_class": download_bounds.progress_bar(progress)} if takes_bar else {}
 
     def fetch(filename, revision, optional=False):
         progress.start(filename)
         try:
             return huggingface_hub.hf_hub_download(
                 repo, filename, revision=revision, cache_dir=cache, endpoint=endpoint,
-                etag_timeout=etag_timeout, library_name="kbert",
+                etag_timeout=etag_timeout, library_name="kbert", **bar,
             )
         except Exception as e:
+            if e is progress.error:
+                raise
             if optional and _is_missing_file(e):
                 return None
             explained = _explain(e, repo, revision, filename, endpoint, what, how)
@@ -339,6 +281,8 @@ def _download(repo, revision, cache, etag_timeout, what, how, progress):
             raise explained from e
 
     folder = os.path.dirname(fetch(HF_CONFIG, revision))
+    # Before the other files: a config that cannot be built is refused before its weights' download.
+    config_check.check_hf_config(load_json(folder, HF_CONFIG), f"The config.json of {what}")
     # The rest from the commit config.json came from, even if the branch moves meanwhile.
     commit = os.path.basename(folder)
     fetch(VOCABULARY, commit)

@@ -4,7 +4,7 @@ import json
 import os
 import warnings
 
-from kbert.presets import files, huggingface
+from kbert.presets import config_check, files, huggingface
 
 KBERT_WEIGHTS = "model.weights.h5"
 _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
@@ -20,14 +20,19 @@ def backbone_config(folder):
 
 def backbone_config_of(config, kbert_layout, source):
     """The `BertBackbone` config in a preset's parsed `kbert_config.json`
-    (`kbert_layout`) or `config.json`, read from `source` (named in errors)."""
+    (`kbert_layout`) or `config.json`, read from `source` (named in errors);
+    refused if it cannot be built here (`config_check`)."""
     if kbert_layout:
         if not isinstance(config, dict) or not isinstance(config.get("backbone"), dict):
             raise ValueError(
                 f'{source} has no "backbone" entry; save_to_preset writes one. {files.how_to_replace(source)}'
             )
-        return dict(config["backbone"])
-    return huggingface.backbone_config(config, source=source)
+        backbone = dict(config["backbone"])
+        config_check.check_backbone_config(backbone, source)
+        return backbone
+    backbone = huggingface.backbone_config(config, source=source)
+    config_check.check_hf_config(config, source)
+    return backbone
 
 
 def checked_backbone_config(folder, preset, overrides):

@@ -22,7 +22,12 @@ class HubServer:
         self.repos = repos
         self.revisions = {"main", COMMIT, *revisions}
         self.requests = []  # (method, path), in order
-        self.truncate = set()  # filenames whose GET sends half the body, then hangs up
+        # filenames whose GET sends half the body, then hangs up; always from the
+        # first byte, whatever Range asks, so every retry is cut at the same place
+        self.truncate = set()
+        # filenames whose GET sends a quarter of the body from where Range asks
+        # (206, Content-Range), then hangs up: a cut download that resumes
+        self.cut_resumable = set()
         self.stall = set()  # filenames whose GET sends the headers, then nothing
         self.trickle = set()  # filenames whose GET sends a byte every 0.2 s
         self.token = None  # when set, every request needs "Authorization: Bearer <token>"
@@ -59,14 +64,19 @@ class HubServer:
         body = self.repos[match["repo"]].get(urllib.parse.unquote(match["filename"]))
         if body is None:
             return self._error(handler, 404, "EntryNotFound", commit=True)
-        handler.send_response(200)
+        filename = match["filename"]
+        start = 0
+        if method == "GET" and filename in self.cut_resumable:
+            start = int(re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range", "bytes=0-"))[1])
+        handler.send_response(206 if start else 200)
         handler.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()}"')
         handler.send_header("X-Repo-Commit", COMMIT)
-        handler.send_header("Content-Length", str(len(body)))
+        if start:
+            handler.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        handler.send_header("Content-Length", str(len(body) - start))
         handler.end_headers()
         if method == "HEAD":
             return
-        filename = match["filename"]
         # A stalled or trickling body is sent whole once the server stops, so
         # that the client given up on ends quietly instead of retrying.
         if filename in self.stall:
@@ -82,6 +92,10 @@ class HubServer:
                     break
         elif filename in self.truncate:
             handler.wfile.write(body[: len(body) // 2])
+            handler.wfile.flush()
+            handler.close_connection = True
+        elif filename in self.cut_resumable:
+            handler.wfile.write(body[start:start + len(body) // 4 + 1])
             handler.wfile.flush()
             handler.close_connection = True
         else:

@@ -127,3 +127,50 @@ def test_corrupt_safetensors_names_the_file_and_how_to_fix_it(checkpoint):
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(ValueError, match=r"model\.safetensors is not a readable safetensors file .*Replace it"):
         kbert.BertBackbone.from_preset(str(checkpoint))
+
+
+def edit_config(folder, name="config.json", **changes):
+    path = folder / name
+    config = json.loads(path.read_text())
+    (config["backbone"] if "backbone" in config else config).update(changes)
+    path.write_text(json.dumps(config))
+
+
+def test_a_config_too_large_for_memory_is_refused_with_its_numbers_before_building(checkpoint):
+    import transformers
+
+    # The size of 100,000 layers, from transformers' own models of 1 and 2 layers.
+    config = json.loads((checkpoint / "config.json").read_text())
+    one, two = (transformers.BertModel(transformers.BertConfig(**{**config, "num_hidden_layers": n})).num_parameters()
+                for n in (1, 2))
+    expected = one + (100_000 - 1) * (two - one)
+    edit_config(checkpoint, num_hidden_layers=100_000)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=(
+        rf"config\.json describes a model of {expected:,} parameters \(vocab_size=120, num_hidden_layers=100,000, "
+        r"num_attention_heads=4, hidden_size=32, .*\)\. Building it and loading its weights needs about [\d,.]+ GB "
+        r"of memory, and this machine has [\d,.]+ GB\.")):
+        kbert.BertBackbone.from_preset(str(checkpoint))
+    assert time.monotonic() - start < 5  # refused, not built
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"hidden_size": 30}, r"hidden_size=30 and num_attention_heads=4: the hidden size must split evenly into the "
+                          r"attention heads \(30 / 4 = 7\.5\)"),
+    ({"num_hidden_layers": 0}, r"num_hidden_layers=0: the model's sizes are positive integers"),
+    ({"intermediate_size": -48}, r"intermediate_size=-48: the model's sizes are positive integers"),
+    ({"vocab_size": 120.5}, r"vocab_size=120\.5: the model's sizes are positive integers"),
+    ({"num_attention_heads": True}, r"num_attention_heads=True: the model's sizes are positive integers"),
+])
+def test_sizes_must_be_positive_integers_and_the_hidden_size_split_into_the_heads(checkpoint, changes, message):
+    edit_config(checkpoint, **changes)
+    with pytest.raises(ValueError, match=r"config\.json says " + message):
+        kbert.BertBackbone.from_preset(str(checkpoint))
+
+
+def test_kbert_layout_configs_are_checked_too(tmp_path):
+    kbert.BertBackbone(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                       max_sequence_length=16).save_to_preset(str(tmp_path))
+    edit_config(tmp_path, "kbert_config.json", num_layers=100_000, hidden_dim=768)
+    with pytest.raises(ValueError, match=r"kbert_config\.json describes a model of [\d,]+ parameters .*num_layers=100,000"):
+        kbert.BertBackbone.from_preset(str(tmp_path))

@@ -1,6 +1,8 @@
 """Downloading `hf://` presets through huggingface_hub, against a local
 hub-like server: the cache, cut and stalled downloads, tokens, revisions."""
 
+import inspect
+import json
 import os
 import time
 
@@ -11,7 +13,7 @@ import torch
 import transformers
 
 import kbert
-from kbert.presets import get_preset_dir
+from kbert.presets import download_bounds, get_preset_dir
 from tests.helpers import to_numpy
 from tests.presets.hub_server import COMMIT, HubServer
 
@@ -103,6 +105,61 @@ def test_stalled_download_fails_within_the_timeout(hub, monkeypatch, how):
     assert time.monotonic() - start < 4
 
 
+def test_an_absurd_config_is_refused_before_any_other_file_is_downloaded(hub, tiny_bert):
+    files, _ = tiny_bert
+    config = json.loads(files["config.json"])
+    hub.repos["owner/absurd"] = {**files, "config.json": json.dumps({**config, "vocab_size": 10**11}).encode()}
+    with pytest.raises(ValueError, match=r"The config\.json of hf://owner/absurd describes a model of [\d,]+ "
+                                         r"parameters \(vocab_size=100,000,000,000, .* needs about [\d,.]+ GB"):
+        kbert.BertBackbone.from_preset("hf://owner/absurd")
+    fetched = {path.rsplit("/", 1)[-1] for method, path in hub.requests if method == "GET"}
+    assert fetched == {"config.json"}
+
+
+def weight_gets(hub):
+    return sum(1 for method, path in hub.requests if method == "GET" and path.endswith("/model.safetensors"))
+
+
+@pytest.fixture
+def in_pieces(monkeypatch):
+    # As a large file arrives: in pieces, several before a cut (huggingface_hub
+    # reads 10 MB at a time, more than these tests' files).
+    monkeypatch.setattr(huggingface_hub.constants, "DOWNLOAD_CHUNK_SIZE", 1024)
+
+
+@pytest.mark.skipif("tqdm_class" not in inspect.signature(huggingface_hub.hf_hub_download).parameters,
+                    reason="huggingface_hub before 1.2 takes no progress bar to count restarts with")
+def test_a_server_that_cuts_at_the_same_place_and_ignores_range_is_given_up_after_a_few_attempts(hub, in_pieces):
+    hub.truncate.add("model.safetensors")
+    with pytest.raises(ConnectionError, match=(
+            rf"model\.safetensors of hf://owner/tiny-bert .* was cut short {download_bounds.MAX_RESTARTS + 1} times, "
+            r"and each time the server sent it again from its first byte \(it ignores the Range request to resume\), "
+            rf"so it was given up after {download_bounds.MAX_RESTARTS + 2} attempts")):
+        get_preset_dir(REPO)
+    assert weight_gets(hub) == download_bounds.MAX_RESTARTS + 2
+    time.sleep(1.5)  # huggingface_hub waits 1 s before a retry: none comes
+    assert weight_gets(hub) == download_bounds.MAX_RESTARTS + 2
+
+
+def test_a_download_that_starts_over_and_gets_no_further_is_given_up_after_the_timeout(hub, in_pieces, monkeypatch):
+    monkeypatch.setenv("KBERT_DOWNLOAD_TIMEOUT", "1")
+    monkeypatch.setattr(download_bounds, "MAX_RESTARTS", 10**6)  # the bound by time alone
+    hub.truncate.add("model.safetensors")
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"model\.safetensors .* no progress for 1 s \(it got no further than "
+                                            r"[\d,]+ bytes\)"):
+        get_preset_dir(REPO)
+    assert time.monotonic() - start < 5 and weight_gets(hub) < 6
+
+
+def test_a_download_cut_each_time_but_resumed_where_it_was_cut_completes(hub, in_pieces, tiny_bert):
+    hub.cut_resumable.add("model.safetensors")
+    folder = get_preset_dir(REPO)
+    with open(os.path.join(folder, "model.safetensors"), "rb") as f:
+        assert f.read() == tiny_bert[0]["model.safetensors"]
+    assert weight_gets(hub) > download_bounds.MAX_RESTARTS + 1  # each GET gets further: no bound is met
+
+
 def test_401_names_hf_token_and_the_token_is_sent(hub, monkeypatch):
     hub.token = "hf_secret"
     with pytest.raises(PermissionError, match=r"HTTP 401.*Set HF_TOKEN"):
@@ -145,3 +202,4 @@ def test_revision_is_passed_through_and_a_missing_one_is_named(hub):
     assert get_preset_dir(f"{REPO}@{COMMIT}") == folder and hub.requests == []
     with pytest.raises(FileNotFoundError, match=r'has no revision "v2"'):
         get_preset_dir(REPO + "@v2")
+
