@@ -216,6 +216,11 @@ class BertTextEmbedder(Task):
         finally:
             self.prompts, self.default_prompt_name = saved
 
+    def export_to_transformers(self, path, dtype="float32"):
+        """Writes a sentence-transformers folder that `SentenceTransformer(path)`
+        loads (`kbert.presets.sentence_transformers.write_folder`)."""
+        return st.write_folder(self, path, dtype)
+
     @property
     def include_prompt(self):
         """Whether the pooling takes a prompt's tokens (see the class); fixed

@@ -10,7 +10,7 @@ import warnings
 import keras
 
 from kbert.models.bert_backbone import BertBackbone
-from kbert.presets import files, huggingface, loading
+from kbert.presets import files, huggingface, loading, to_transformers, tokenizer_files
 from kbert.text import BertPreprocessor
 
 TASK_WEIGHTS = "task.weights.h5"
@@ -144,10 +144,13 @@ class TaskPresets:
 
     @classmethod
     def preset_preprocessor(cls, folder, sequence_length, backbone):
-        if not os.path.exists(os.path.join(folder, files.VOCABULARY)):
+        if not tokenizer_files.has_tokenizer(folder):
+            warnings.warn(tokenizer_files.no_tokenizer_message(folder))
             return None
         if sequence_length is None and files.is_kbert_layout(folder):
             sequence_length = files.load_json(folder, files.KBERT_CONFIG).get("sequence_length")
+        elif sequence_length is None:
+            sequence_length = tokenizer_files.model_max_length(folder, backbone.max_sequence_length)
         if sequence_length and sequence_length > backbone.max_sequence_length:
             raise ValueError(
                 f"sequence_length={sequence_length} is longer than this model's maximum, "
@@ -156,6 +159,13 @@ class TaskPresets:
         return BertPreprocessor.from_preset(
             folder, sequence_length=sequence_length or min(512, backbone.max_sequence_length)
         )
+
+    def export_to_transformers(self, path, dtype="float32"):
+        """Writes the model as a Hugging Face folder that `transformers`'
+        `AutoModelFor...` and `pipeline` load (`BertForSequenceClassification`,
+        ...; `kbert.presets.to_transformers`), with float32 weights unless
+        `dtype` says otherwise; `from_preset(path)` reads it back bit for bit."""
+        return to_transformers.export_to_transformers(self, path, dtype)
 
     # === Hugging Face heads ===
 
