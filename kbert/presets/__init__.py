@@ -1,5 +1,7 @@
 """Presets: the registry of Google's checkpoints, finding and downloading a
-preset's files, and importing Hugging Face checkpoints."""
+preset's files, importing Hugging Face checkpoints and exporting to them,
+and uploading presets."""
 
 from kbert.presets.files import cache_dir, get_preset_dir
 from kbert.presets.registry import PRESETS, format_presets, list_presets
+from kbert.presets.upload import upload_preset
