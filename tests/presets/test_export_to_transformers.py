@@ -270,3 +270,16 @@ def test_export_into_a_folder_with_files_is_refused(preprocessor, tmp_path):
     (tmp_path / "kbert_config.json").write_text("{}")
     with pytest.raises(FileExistsError, match="is not empty"):
         tiny_backbone().export_to_transformers(str(tmp_path))
+
+
+def test_cli_export_format_transformers_writes_a_folder_the_pipeline_reads(exported, tmp_path, capsys):
+    from kbert.cli import main
+
+    model, _ = exported("classifier")
+    model.save_to_preset(str(tmp_path / "run"))  # as `kbert train` leaves it
+    assert main(["export", "--model", str(tmp_path / "run"), "--output", str(tmp_path / "hf"),
+                 "--format", "transformers"]) == 0
+    assert capsys.readouterr().out.strip() == f"Exported to {tmp_path / 'hf'}"
+    classify = transformers.pipeline("text-classification", model=str(tmp_path / "hf"))
+    logits = model.predict(TEXTS, verbose=0)
+    assert [a["label"] for a in classify(TEXTS)] == [model.class_names[i] for i in logits.argmax(-1)]
