@@ -175,3 +175,19 @@ def test_upload_of_a_folder_that_is_no_preset_is_refused_before_any_request(hub,
     with pytest.raises(FileNotFoundError, match=r"not a preset folder.*export_to_transformers"):
         kbert.presets.upload_preset("hf://me/uploaded", str(tmp_path))
     assert hub.requests == []
+
+
+def test_repository_with_tokenizer_json_and_no_vocab_txt_downloads_and_tokenizes(tiny_bert, hf_cache, tmp_path,
+                                                                                 monkeypatch):
+    # As transformers 5 saves a tokenizer: tokenizer.json and tokenizer_config.json.
+    (tmp_path / "vocab.txt").write_text("".join(token + "\n" for token in VOCABULARY))
+    transformers.BertTokenizerFast(vocab=str(tmp_path / "vocab.txt")).save_pretrained(str(tmp_path / "tokenizer"))
+    files = {name: (tmp_path / "tokenizer" / name).read_bytes() for name in ("tokenizer.json", "tokenizer_config.json")}
+    files.update({k: v for k, v in tiny_bert[0].items() if k != "vocab.txt"})
+    with HubServer({"owner/new-layout": files}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        model = kbert.BertClassifier.from_preset("hf://owner/new-layout", num_classes=2, sequence_length=8)
+        assert model.preprocessor.tokenizer(["the good film"]).to_list() == [[5, 8, 7]]
+        server.requests.clear()
+        assert kbert.BertTokenizer.from_preset("hf://owner/new-layout").vocabulary == VOCABULARY
+        assert server.requests == []
