@@ -8,6 +8,7 @@ row format. Importing runs the rows forwards (`assign`), exporting backwards
 Keras' `Dense.kernel` is `[in, out]`, hence the transposes.
 """
 
+import ml_dtypes
 import numpy as np
 
 from kbert.presets.files import how_to_replace
@@ -116,9 +117,7 @@ def tensors_of(table, prefix="", dtype="float32"):
 
 
 def _numpy_dtype(dtype):
-    if str(dtype) == "bfloat16":
-        import ml_dtypes  # numpy has no bfloat16; TensorFlow and JAX bring ml_dtypes
-
+    if str(dtype) == "bfloat16":  # numpy has none; ml_dtypes' comes with TensorFlow and JAX
         return ml_dtypes.bfloat16
     return np.dtype(dtype)
 

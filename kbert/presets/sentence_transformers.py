@@ -1,4 +1,4 @@
-"""sentence-transformers folders -> the settings of a `BertTextEmbedder`.
+"""sentence-transformers folders <-> the settings of a `BertTextEmbedder`.
 
 A sentence-transformers folder lists its modules in `modules.json`: a BERT
 `Transformer`, then `Pooling`, any `Dense` layers and `Normalize`. This module
@@ -8,7 +8,8 @@ the folder's embedding or an error, never a silently different vector.
 Both layouts are read: the one that sentence-transformers 2.x to 5.x wrote
 (`sentence_bert_config.json` with `max_seq_length` and `do_lower_case`;
 `pooling_mode_*_tokens` flags) and the one of 6.x (`pooling_mode` lists, the
-length and lowercasing in the tokenizer's own files).
+length and lowercasing in the tokenizer's own files). `write_folder` writes
+the first, the layout every version reads.
 """
 
 import json

@@ -62,12 +62,9 @@ def export_to_transformers(model, path, dtype="float32"):
         backbone, head, head_config = model, [], {}
     else:
         backbone, head, head_config = model.backbone, model.hf_head_table(), _head_config(model, name)
-    return write_folder(path, name, backbone, head, head_config, model_preprocessor(model), dtype, pooler)
-
-
-def model_preprocessor(model):
     # A backbone has no preprocessor; a task model fed token ids has None.
-    return getattr(model, "preprocessor", None)
+    preprocessor = getattr(model, "preprocessor", None)
+    return write_folder(path, name, backbone, head, head_config, preprocessor, dtype, pooler)
 
 
 def write_folder(path, name, backbone, head=(), head_config=None, preprocessor=None, dtype="float32", pooler=True):
