@@ -4,6 +4,7 @@
     kbert evaluate --model runs/mr --data test.tsv --text-column text --label-column label
     kbert predict --model runs/mr "a fine film" "a dull film"
     kbert export --model runs/mr --output saved_models/mr
+    kbert export --model runs/mr --output exported/mr --format transformers
     kbert serve-check saved_models/mr/1 --text "a fine film"
 
 Only the standard library is imported here: kbert, Keras and TensorFlow load
@@ -120,8 +121,10 @@ def _predict(args):
 
 def _export(args):
     model = _load(args.model)
-    pairs = _cli_settings(args.model).get("pairs", False)
-    path = model.export(args.output, pairs=pairs)
+    if args.format == "transformers":
+        path = model.export_to_transformers(args.output)
+    else:
+        path = model.export(args.output, pairs=_cli_settings(args.model).get("pairs", False))
     print(f"Exported to {path}")
 
 
@@ -267,11 +270,14 @@ def build_parser():
     data_args(p, labels=False)
     p.set_defaults(run=_predict)
 
-    p = command("export", "write a SavedModel for TF Serving")
+    p = command("export", "write a SavedModel for TF Serving, or a Hugging Face folder")
     p.add_argument("--model", required=True, metavar="FOLDER", help="folder written by `kbert train`")
     p.add_argument("--output", required=True, metavar="FOLDER",
                    help="saved_models/<name> (writes the next version, <name>/1, <name>/2, ...) "
-                        "or saved_models/<name>/<version>")
+                        "or saved_models/<name>/<version>; with --format transformers, a new folder")
+    p.add_argument("--format", choices=("tf_saved_model", "transformers"), default="tf_saved_model",
+                   help="tf_saved_model (TF Serving, the default) or transformers (a folder that "
+                        "transformers' pipeline and AutoModelForSequenceClassification load)")
     p.set_defaults(run=_export)
 
     p = command("serve-check", "load a SavedModel as TF Serving would and answer a request")

@@ -1,7 +1,7 @@
 import keras
 
 from kbert.layers import Dropout, LayerNorm, PositionEmbedding, TokenEmbedding, TransformerEncoder
-from kbert.presets import loading, reader
+from kbert.presets import loading, reader, to_transformers
 from kbert.training.precision import resolve_dtype
 
 
@@ -292,6 +292,10 @@ class BertBackbone(keras.Model):
     def save_to_preset(self, folder):
         """Writes the config and weights to `folder` in kbert's layout."""
         loading.save_backbone(self, folder)
+
+    def export_to_transformers(self, path, dtype="float32"):
+        """Writes a `transformers.BertModel` folder (`kbert.presets.to_transformers`)."""
+        return to_transformers.export_to_transformers(self, path, dtype)
 
 
 # Keras names a model's sublayers in weight files after their class

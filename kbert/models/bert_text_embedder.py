@@ -210,6 +210,11 @@ class BertTextEmbedder(Task):
         text = self.prompt(prompt_name, prompt)  # refuses an unknown name
         return task_answers.export(self, filepath, head={**self.head_settings(), "prompt": text}, prompt=text)
 
+    def export_to_transformers(self, path, dtype="float32"):
+        """Writes a sentence-transformers folder that `SentenceTransformer(path)`
+        loads (`kbert.presets.sentence_transformers.write_folder`)."""
+        return st.write_folder(self, path, dtype)
+
     @property
     def include_prompt(self):
         """Whether the pooling takes a prompt's tokens (see the class); fixed

@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from kbert.models import task_answers, task_inputs, task_presets
+from kbert.presets import to_transformers
 from kbert.text.pipeline import check_counts, count_examples, steps
 from kbert.training.distribution import DistributedTraining
 from kbert.training.optimizers import bert_adamw, warmup_steps
@@ -363,6 +364,13 @@ class Task(DistributedTraining, keras.Model):
                 `compile` or `fit` argument (`learning_rate`).
         """
         return task_presets.task_from_preset(cls, preset, sequence_length, kwargs)
+
+    def export_to_transformers(self, path, dtype="float32"):
+        """Writes the model as a Hugging Face folder that transformers'
+        `AutoModelFor...` and `pipeline` load (`BertForSequenceClassification`,
+        ...; `kbert.presets.to_transformers`), with float32 weights unless
+        `dtype` says otherwise; `from_preset(path)` reads it back bit for bit."""
+        return to_transformers.export_to_transformers(self, path, dtype)
 
     @classmethod
     def preset_preprocessor(cls, preset, sequence_length, backbone):

@@ -10,7 +10,7 @@ import warnings
 import keras
 
 from kbert.models.bert_backbone import BertBackbone
-from kbert.presets import files, huggingface, loading, reader
+from kbert.presets import files, huggingface, loading, reader, tokenizer_files
 from kbert.text import BertTokenizer
 
 TASK_WEIGHTS = "task.weights.h5"
@@ -80,11 +80,13 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
 
 
 def preset_preprocessor(cls, preset, sequence_length, backbone):
-    """The task's preprocessor from a read preset's vocabulary (None without one)."""
+    """The task's preprocessor from a read preset's tokenizer; None, with a
+    warning saying how to add one, where the preset has no tokenizer."""
     tokenizer = preset.tokenizer_arguments()
     if tokenizer is None:
+        warnings.warn(tokenizer_files.no_tokenizer_message(preset.folder))
         return None
-    sequence_length = sequence_length or preset.sequence_length
+    sequence_length = sequence_length or preset.default_sequence_length(backbone.max_sequence_length)
     if sequence_length and sequence_length > backbone.max_sequence_length:
         raise ValueError(
             f"sequence_length={sequence_length} is longer than this model's maximum, "

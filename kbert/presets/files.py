@@ -1,8 +1,8 @@
 """Finding a preset's files: a registered name, `hf://owner/name[@revision]`, or a folder.
 
 Every kind of preset resolves to one local folder. Hugging Face's layout is
-`config.json`, `model.safetensors` (or `pytorch_model.bin`), `vocab.txt` and
-optionally `tokenizer_config.json`; kbert's own layout (written by
+`config.json`, `model.safetensors` (or `pytorch_model.bin`), `vocab.txt` (or
+`tokenizer.json`) and optionally `tokenizer_config.json`; kbert's own layout (written by
 `save_to_preset`) is `kbert_config.json`, `model.weights.h5`, `vocab.txt` and
 `tokenizer_config.json`.
 
@@ -18,8 +18,6 @@ import inspect
 import json
 import os
 import re
-import threading
-import time
 import warnings
 
 import huggingface_hub
@@ -37,6 +35,8 @@ HF_CONFIG = "config.json"
 KBERT_CONFIG = "kbert_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 VOCABULARY = "vocab.txt"
+# The vocabulary of a repository that has no vocab.txt (transformers 5 writes none).
+TOKENIZER_JSON = "tokenizer.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # A download that gets no further for this long is given up (KBERT_DOWNLOAD_TIMEOUT
 # overrides it; download_bounds.py). huggingface_hub writes 10 MB at a time, so this is also the
@@ -224,11 +224,11 @@ def _cached_snapshot(repo, revision, cache, tokenizer_config_checked=True):
     of whether the repository has a tokenizer_config.json."""
     found = {
         name: huggingface_hub.try_to_load_from_cache(repo, name, cache_dir=cache, revision=revision)
-        for name in (HF_CONFIG, VOCABULARY, TOKENIZER_CONFIG, *WEIGHT_FILES)
+        for name in (HF_CONFIG, VOCABULARY, TOKENIZER_JSON, TOKENIZER_CONFIG, *WEIGHT_FILES)
     }
     complete = (
         isinstance(found[HF_CONFIG], str)
-        and isinstance(found[VOCABULARY], str)
+        and (isinstance(found[VOCABULARY], str) or isinstance(found[TOKENIZER_JSON], str))
         and (found[TOKENIZER_CONFIG] is not None or not tokenizer_config_checked)  # None: never looked for
         and any(isinstance(found[w], str) for w in WEIGHT_FILES)
     )
@@ -285,7 +285,8 @@ def _download(repo, revision, cache, etag_timeout, what, how, progress):
     config_check.check_hf_config(load_json(folder, HF_CONFIG), f"The config.json of {what}")
     # The rest from the commit config.json came from, even if the branch moves meanwhile.
     commit = os.path.basename(folder)
-    fetch(VOCABULARY, commit)
+    if fetch(VOCABULARY, commit, optional=True) is None and fetch(TOKENIZER_JSON, commit, optional=True) is None:
+        fetch(VOCABULARY, commit)  # says that the repository has no tokenizer
     fetch(TOKENIZER_CONFIG, commit, optional=True)
     if fetch(WEIGHT_FILES[0], commit, optional=True) is None:
         fetch(WEIGHT_FILES[1], commit)
@@ -322,8 +323,9 @@ def _explain(error, repo, revision, filename, endpoint, what, how):
         )
     if _is_missing_file(error):
         return FileNotFoundError(
-            f"{what} has no {filename} at revision {revision}: kbert reads BERT checkpoints in Hugging Face's "
-            f"layout (config.json, vocab.txt, model.safetensors or pytorch_model.bin); see {page}."
+            f"{what} has no {filename}{' (nor tokenizer.json)' if filename == VOCABULARY else ''} at revision "
+            f"{revision}: kbert reads BERT checkpoints in Hugging Face's layout (config.json, vocab.txt or "
+            f"tokenizer.json, model.safetensors or pytorch_model.bin); see {page}."
         )
     if isinstance(error, (OSError, hub_errors.HfHubHTTPError)) or type(error).__module__.split(".")[0] in (
         "httpx", "httpx2", "requests", "urllib3", "huggingface_hub",

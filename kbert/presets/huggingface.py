@@ -1,11 +1,14 @@
-"""Hugging Face BERT checkpoints -> kbert: one table of names.
+"""Hugging Face BERT checkpoints <-> kbert: one table of names, read both ways.
 
-Hugging Face's `modeling_bert.py` parameter names are the lingua franca of
-BERT checkpoints; this module is the only place that knows them. PyTorch's
-`Linear.weight` is `[out, in]` and Keras' `Dense.kernel` is `[in, out]`, hence
-the transposes.
+Hugging Face's `modeling_bert.py` parameter and `config.json` names are the
+lingua franca of BERT checkpoints. This module holds the backbone's (and the
+config's); each task model's `hf_head_table()` holds its head's, in the same
+row format. Importing runs the rows forwards (`assign`), exporting backwards
+(`tensors_of`, `hf_config`). PyTorch's `Linear.weight` is `[out, in]` and
+Keras' `Dense.kernel` is `[in, out]`, hence the transposes.
 """
 
+import ml_dtypes
 import numpy as np
 
 from kbert.presets.files import how_to_replace
@@ -14,6 +17,21 @@ T = "transpose"
 
 
 _REQUIRED = ("vocab_size", "num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size")
+# (kbert `BertBackbone` argument, config.json key, default where config.json
+# does not say): the architecture and settings both ways.
+CONFIG_TABLE = (
+    ("vocabulary_size", "vocab_size", None),
+    ("num_layers", "num_hidden_layers", None),
+    ("num_heads", "num_attention_heads", None),
+    ("hidden_dim", "hidden_size", None),
+    ("intermediate_dim", "intermediate_size", None),
+    ("dropout", "hidden_dropout_prob", 0.1),
+    ("max_sequence_length", "max_position_embeddings", 512),
+    ("num_segments", "type_vocab_size", 2),
+    ("layer_norm_epsilon", "layer_norm_eps", 1e-12),
+)
+# config.json's hidden_act -> kbert's activation; the first of each is written.
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate"}
 
 
 def backbone_config(hf_config, source="config.json"):
@@ -35,24 +53,23 @@ def backbone_config(hf_config, source="config.json"):
         raise ValueError(
             f'config.json has position_embedding_type="{position_type}"; kbert supports "absolute" (BERT\'s).'
         )
-    activations = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate"}
     hidden_act = hf_config.get("hidden_act", "gelu")
-    if hidden_act not in activations:
+    if hidden_act not in ACTIVATIONS:
         raise ValueError(
-            f'config.json has hidden_act="{hidden_act}"; kbert supports {", ".join(activations)}.'
+            f'config.json has hidden_act="{hidden_act}"; kbert supports {", ".join(ACTIVATIONS)}.'
         )
-    return {
-        "vocabulary_size": hf_config["vocab_size"],
-        "num_layers": hf_config["num_hidden_layers"],
-        "num_heads": hf_config["num_attention_heads"],
-        "hidden_dim": hf_config["hidden_size"],
-        "intermediate_dim": hf_config["intermediate_size"],
-        "dropout": hf_config.get("hidden_dropout_prob", 0.1),
-        "max_sequence_length": hf_config.get("max_position_embeddings", 512),
-        "num_segments": hf_config.get("type_vocab_size", 2),
-        "activation": activations[hidden_act],
-        "layer_norm_epsilon": hf_config.get("layer_norm_eps", 1e-12),
-    }
+    config = {kbert: hf_config.get(hf, default) for kbert, hf, default in CONFIG_TABLE}
+    return {**config, "activation": ACTIVATIONS[hidden_act]}
+
+
+def hf_config(backbone_config):
+    """The `config.json` settings of a `BertModel` from kbert `BertBackbone`
+    arguments: `backbone_config` run backwards."""
+    config = {hf: backbone_config[kbert] for kbert, hf, _ in CONFIG_TABLE}
+    # kbert has one dropout rate for the embeddings, residuals and attention.
+    config["attention_probs_dropout_prob"] = backbone_config["dropout"]
+    config["hidden_act"] = next(hf for hf, kbert in ACTIVATIONS.items() if kbert == backbone_config["activation"])
+    return {"model_type": "bert", **config, "position_embedding_type": "absolute", "initializer_range": 0.02}
 
 
 def _dense(layer, name):
@@ -85,6 +102,24 @@ def backbone_table(backbone):
         ]
     table += _dense(backbone.pooled_dense, "pooler.dense")
     return table
+
+
+def tensors_of(table, prefix="", dtype="float32"):
+    """The checkpoint tensors of `table`'s variables as numpy arrays of
+    `dtype` (a numpy or ml_dtypes name, e.g. "bfloat16"): the rows run
+    backwards, named `prefix` + name."""
+    tensors = {}
+    for variable, name, transform in table:
+        value = np.asarray(variable.numpy())
+        value = value.T if transform == T else value
+        tensors[prefix + name] = np.ascontiguousarray(value.astype(_numpy_dtype(dtype)))
+    return tensors
+
+
+def _numpy_dtype(dtype):
+    if str(dtype) == "bfloat16":  # numpy has none; ml_dtypes' comes with TensorFlow and JAX
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
 
 
 def read_checkpoint(path):

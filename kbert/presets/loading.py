@@ -85,16 +85,6 @@ def read_vocabulary(folder, vocabulary_size):
     return tokens
 
 
-def tokenizer_settings(tokenizer_config):
-    """`BertTokenizer`'s settings from Hugging Face's `tokenizer_config.json`."""
-    return dict(
-        lowercase=tokenizer_config.get("do_lower_case", True),
-        strip_accents=tokenizer_config.get("strip_accents"),
-        tokenize_chinese_chars=tokenizer_config.get("tokenize_chinese_chars", True),
-        split_special_tokens=tokenizer_config.get("split_special_tokens", False),
-    )
-
-
 def load_backbone(cls, preset, **overrides):
     """`BertBackbone.from_preset`: the backbone of a read preset (`reader.Preset`)."""
     backbone = cls.from_preset_config(preset.checked_backbone_config(overrides))

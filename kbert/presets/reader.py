@@ -6,7 +6,7 @@ around the Hugging Face folder it holds.)"""
 
 import os
 
-from kbert.presets import files, huggingface, loading
+from kbert.presets import files, huggingface, loading, tokenizer_files
 
 
 class Preset:
@@ -17,8 +17,9 @@ class Preset:
         kbert_layout: whether it is kbert's layout (`kbert_config.json`).
         config: the parsed `kbert_config.json` or `config.json`.
         backbone_config: `BertBackbone`'s arguments.
+        has_tokenizer: whether it holds a tokenizer (`vocab.txt` or `tokenizer.json`).
         vocabulary: the WordPiece tokens of `vocab.txt` (None without one).
-        tokenizer_config: the parsed `tokenizer_config.json` ({} without one).
+        tokenizer_config: the parsed `tokenizer_config.json` ({} without a tokenizer).
         task: the task a kbert preset was saved from (`{"class", "config"}`,
             {} for a backbone or a Hugging Face folder).
         sequence_length: the preprocessor's length a kbert preset was saved with.
@@ -32,9 +33,10 @@ class Preset:
         self.config = files.load_json(self.folder, name)
         self.backbone_config = loading.backbone_config_of(self.config, self.kbert_layout,
                                                           os.path.join(self.folder, name))
+        self.has_tokenizer = tokenizer_files.has_tokenizer(self.folder)
         self.vocabulary = loading.read_vocabulary(self.folder, self.backbone_config["vocabulary_size"])
         self.tokenizer_config = (files.load_json(self.folder, files.TOKENIZER_CONFIG, default={})
-                                 if self.vocabulary is not None else {})
+                                 if self.has_tokenizer else {})
         self.task = (self.config.get("task") or {}) if self.kbert_layout else {}
         self.sequence_length = self.config.get("sequence_length") if self.kbert_layout else None
         self._tensors = None
@@ -55,11 +57,20 @@ class Preset:
         return self._tensors
 
     def tokenizer_arguments(self):
-        """`BertTokenizer`'s arguments: the vocabulary and the settings of
-        `tokenizer_config.json`; None where the preset has no vocabulary."""
-        if self.vocabulary is None:
+        """`BertTokenizer`'s arguments, as `AutoTokenizer` reads the preset's
+        tokenizer (`tokenizer_files`: `tokenizer.json` read only where it is
+        needed); None where the preset has no tokenizer."""
+        if not self.has_tokenizer:
             return None
-        return {"vocabulary": self.vocabulary, **loading.tokenizer_settings(self.tokenizer_config)}
+        return tokenizer_files.tokenizer_settings(self.folder, self.tokenizer_config, self.vocabulary)
+
+    def default_sequence_length(self, max_sequence_length):
+        """The preprocessor's length when none is given: the one a kbert
+        preset was saved with, or a Hugging Face tokenizer's
+        `model_max_length` where it fits the positions; else None."""
+        if self.kbert_layout:
+            return self.sequence_length
+        return tokenizer_files.model_max_length(self.folder, max_sequence_length, self.tokenizer_config)
 
 
 def read_preset(preset):

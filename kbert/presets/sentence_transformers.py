@@ -1,4 +1,4 @@
-"""sentence-transformers folders -> the settings of a `BertTextEmbedder`.
+"""sentence-transformers folders <-> the settings of a `BertTextEmbedder`.
 
 A sentence-transformers folder lists its modules in `modules.json`: a BERT
 `Transformer`, then `Pooling`, any `Dense` layers and `Normalize`. This module
@@ -8,18 +8,20 @@ the folder's embedding or an error, never a silently different vector.
 Both layouts are read: the one that sentence-transformers 2.x to 5.x wrote
 (`sentence_bert_config.json` with `max_seq_length` and `do_lower_case`;
 `pooling_mode_*_tokens` flags) and the one of 6.x (`pooling_mode` lists, the
-length and lowercasing in the tokenizer's own files).
+length and lowercasing in the tokenizer's own files). `write_folder` writes
+the first, the layout every version reads.
 """
 
 import json
 import os
 
-from kbert.presets import files, huggingface
+from safetensors.numpy import save_file
+
+from kbert.presets import files, huggingface, to_transformers, tokenizer_files
 
 MODULES = "modules.json"
 SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
 SENTENCE_TRANSFORMERS_CONFIG = "config_sentence_transformers.json"
-TOKENIZER_JSON = "tokenizer.json"
 
 # Pooling modes as kbert's `BertTextEmbedder(pooling=...)` names them, in the
 # order sentence-transformers concatenates its legacy `pooling_mode_*` flags.
@@ -42,6 +44,8 @@ _ACTIVATIONS = {
     "SiLU": "silu",
 }
 _MODULE_KINDS = ("Transformer", "Pooling", "Dense", "Normalize")
+# Where torch keeps each activation class, for the Dense modules written.
+_TORCH_MODULES = {"Identity": "torch.nn.modules.linear"}
 
 
 def is_sentence_transformers_folder(folder):
@@ -196,54 +200,15 @@ def _dense_weights(path):
 
 def tokenizer_settings(folder, do_lower_case=False):
     """`BertTokenizer` arguments of a sentence-transformers Transformer
-    folder: `vocabulary` (vocab.txt, or the WordPiece vocabulary inside
-    tokenizer.json where sentence-transformers 6 wrote no vocab.txt),
-    `lowercase`, `strip_accents`, `tokenize_chinese_chars`.
+    folder (`tokenizer_files.tokenizer_settings`), with its `do_lower_case`.
 
     sentence-transformers' `do_lower_case` puts a plain `Lowercase` before the
     tokenizer's own normalizer, so a cased tokenizer lowercases but keeps its
     accents."""
-    config = files.load_json(folder, files.TOKENIZER_CONFIG, default={"": None})
-    settings = {
-        "lowercase": config.get("do_lower_case", True),
-        "strip_accents": config.get("strip_accents"),
-        "tokenize_chinese_chars": config.get("tokenize_chinese_chars", True),
-    }
-    vocabulary = os.path.join(folder, files.VOCABULARY)
-    tokenizer_json = os.path.join(folder, TOKENIZER_JSON)
-    if os.path.exists(tokenizer_json):
-        with open(tokenizer_json, encoding="utf-8") as f:
-            tokenizer = json.load(f)
-        model = tokenizer.get("model") or {}
-        if model.get("type") != "WordPiece":
-            raise ValueError(f"{tokenizer_json} describes a {model.get('type')} tokenizer; kbert reads BERT's "
-                             "WordPiece.")
-        normalizers = tokenizer.get("normalizer") or {}
-        normalizers = normalizers.get("normalizers", [normalizers]) if normalizers.get("type") == "Sequence" \
-            else [normalizers]
-        bert = next((n for n in normalizers if n.get("type") == "BertNormalizer"), None)
-        if bert is not None:
-            own_lowercase = bool(bert.get("lowercase", True))
-            strip = bert.get("strip_accents")
-            settings = {
-                "lowercase": own_lowercase or any(n.get("type") == "Lowercase" for n in normalizers),
-                # BertNormalizer strips accents, when not told, as it lowercases.
-                "strip_accents": own_lowercase if strip is None else bool(strip),
-                "tokenize_chinese_chars": bool(bert.get("handle_chinese_chars", True)),
-            }
-        if not os.path.exists(vocabulary):
-            ids = model.get("vocab") or {}
-            vocabulary = [None] * len(ids)
-            for token, i in ids.items():
-                vocabulary[i] = token
-            if None in vocabulary:
-                raise ValueError(f"{tokenizer_json} has a WordPiece vocabulary with gaps in its ids; fix the file.")
-    elif not os.path.exists(vocabulary):
-        raise FileNotFoundError(f"{folder} has neither {files.VOCABULARY} nor {TOKENIZER_JSON}: no tokenizer to read.")
+    settings = tokenizer_files.tokenizer_settings(folder)
     if do_lower_case and not settings["lowercase"]:
         settings["strip_accents"] = bool(settings["strip_accents"])
         settings["lowercase"] = True
-    settings["vocabulary"] = vocabulary
     return settings
 
 
@@ -258,3 +223,59 @@ def max_seq_length(folder, settings, max_position_embeddings):
         if not isinstance(length, int) or length > max_position_embeddings:
             length = max_position_embeddings
     return int(min(length, max_position_embeddings))
+
+
+def write_folder(embedder, path, dtype="float32"):
+    """Writes a `BertTextEmbedder` as a sentence-transformers folder that
+    `SentenceTransformer(path)` loads: the BERT (`BertModel`) and its
+    tokenizer at the top, `modules.json`, the Pooling, Dense and Normalize
+    modules, the length and the prompts; the layout of sentence-transformers
+    2.x to 5.x, which 6.x and text-embeddings-inference read too."""
+    backbone, preprocessor = embedder.backbone, embedder.preprocessor
+    if preprocessor is None:
+        raise ValueError("This embedder has no preprocessor, so there is no tokenizer to write, and "
+                         "sentence-transformers needs one: build it with preprocessor=kbert.BertPreprocessor(...).")
+    to_transformers.write_folder(path, "BertModel", backbone, preprocessor=preprocessor, dtype=dtype)
+    modules = [("", "Transformer")]
+    _write_json(path, SENTENCE_BERT_CONFIG, {"max_seq_length": preprocessor.sequence_length, "do_lower_case": False})
+    modes = [embedder.pooling] if isinstance(embedder.pooling, str) else list(embedder.pooling)
+    width = backbone.hidden_dim * len(modes)
+    if modes == [m for m in POOLING_MODES if m in modes]:  # the order the legacy flags concatenate in
+        pooling = {"word_embedding_dimension": width,
+                   **{flag: mode in modes for flag, mode in _LEGACY_POOLING_FLAGS.items()}}
+    else:
+        pooling = {"embedding_dimension": width, "pooling_mode": modes}
+    modules.append(("1_Pooling", "Pooling"))
+    _write_json(os.path.join(path, "1_Pooling"), "config.json", {**pooling, "include_prompt": embedder.include_prompt})
+    for i, layer in enumerate(embedder.dense):
+        folder = f"{len(modules)}_Dense"
+        modules.append((folder, "Dense"))
+        weights = embedder.get_layer(f"dense_{i}")
+        activation = next((name for name, keras_name in _ACTIVATIONS.items() if keras_name == layer["activation"]), None)
+        if activation is None:
+            raise ValueError(f"Dense layer {i} has activation {layer['activation']!r}; sentence-transformers' Dense "
+                             f"takes torch's {', '.join(_ACTIVATIONS)} ({', '.join(_ACTIVATIONS.values())} in Keras).")
+        _write_json(os.path.join(path, folder), "config.json", {
+            "in_features": width, "out_features": layer["units"], "bias": layer["use_bias"],
+            "activation_function": f"{_TORCH_MODULES.get(activation, 'torch.nn.modules.activation')}.{activation}",
+        })
+        rows = [(weights.kernel, "linear.weight", huggingface.T)]
+        rows += [(weights.bias, "linear.bias", None)] if layer["use_bias"] else []
+        save_file(huggingface.tensors_of(rows, dtype=dtype), os.path.join(path, folder, "model.safetensors"),
+                  metadata={"format": "pt"})
+        width = layer["units"]
+    if embedder.normalize:
+        modules.append((f"{len(modules)}_Normalize", "Normalize"))
+        os.makedirs(os.path.join(path, modules[-1][0]), exist_ok=True)
+    _write_json(path, MODULES, [{"idx": i, "name": str(i), "path": folder, "type": f"sentence_transformers.models.{kind}"}
+                                for i, (folder, kind) in enumerate(modules)])
+    _write_json(path, SENTENCE_TRANSFORMERS_CONFIG, {"prompts": embedder.prompts,
+                                                      "default_prompt_name": embedder.default_prompt_name,
+                                                      "similarity_fn_name": "cosine"})
+    return path
+
+
+def _write_json(folder, name, value):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, ensure_ascii=False)

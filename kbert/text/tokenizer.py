@@ -12,12 +12,12 @@ WordPiece with `##` continuations. This module also reads and writes the
 vocabulary (`vocab.txt`) and the tokenizer's preset files.
 """
 
-import json
 import os
 
 import tensorflow as tf
 
-from kbert.presets.files import get_preset_dir, load_json
+from kbert.presets import tokenizer_files
+from kbert.presets.files import get_preset_dir
 from kbert.text._tf_text import tf_text
 # (normalize, split_words and pre_tokenize stay importable from here.)
 from kbert.text.pre_tokenization import any_of_pattern, normalize, pre_tokenize, split_words  # noqa: F401
@@ -28,8 +28,6 @@ SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 SUFFIX_INDICATOR = "##"
 # Hugging Face's WordPiece `max_input_chars_per_word`: longer words are [UNK].
 MAX_CHARS_PER_WORD = 100
-VOCABULARY_FILE = "vocab.txt"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 
 def read_vocabulary(path):
@@ -139,61 +137,35 @@ class BertTokenizer(tf.Module):
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
-        """Builds the tokenizer of a preset from its `vocab.txt` and `tokenizer_config.json`.
+        """Builds the tokenizer of a preset from its `vocab.txt` (or
+        `tokenizer.json`) and `tokenizer_config.json`, read as `AutoTokenizer`
+        reads them (`kbert.presets.tokenizer_files`).
 
         Args:
             preset: a registered name, `hf://owner/name`, or a local folder.
-            **kwargs: override the settings read from `tokenizer_config.json`.
+            **kwargs: override the settings read from the files.
 
         Example:
         >>> tokenizer = BertTokenizer.from_preset("hf://google-bert/bert-base-uncased")
         """
         folder = os.fspath(preset)
-        if not os.path.exists(os.path.join(folder, VOCABULARY_FILE)):
+        if not tokenizer_files.has_tokenizer(folder):
             folder = get_preset_dir(preset)
-        path = os.path.join(folder, VOCABULARY_FILE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"Preset {preset} has no {VOCABULARY_FILE} in {folder}; a BERT tokenizer "
-                "needs its WordPiece vocabulary there, one token a line."
-            )
-        config = load_json(folder, TOKENIZER_CONFIG_FILE, default={})
-        settings = dict(
-            lowercase=config.get("do_lower_case", True),
-            strip_accents=config.get("strip_accents"),
-            tokenize_chinese_chars=config.get("tokenize_chinese_chars", True),
-            split_special_tokens=config.get("split_special_tokens", False),
-        )
-        settings.update(kwargs)
-        return cls(path, **settings)
+        return cls(**{**tokenizer_files.tokenizer_settings(folder), **kwargs})
 
-    def save_to_preset(self, folder):
-        """Writes `vocab.txt` and `tokenizer_config.json` (Hugging Face's format) to `folder`.
+    def save_to_preset(self, folder, model_max_length=None):
+        """Writes `vocab.txt`, `tokenizer_config.json`, `tokenizer.json` and
+        `special_tokens_map.json` (Hugging Face's formats) to `folder`, which
+        `AutoTokenizer` reads into the same ids.
 
         Keys of an existing `tokenizer_config.json` that the tokenizer does not
         own are kept.
         """
-        os.makedirs(folder, exist_ok=True)
-        write_vocabulary(self._vocabulary.tokens, os.path.join(folder, VOCABULARY_FILE))
-        config_path = os.path.join(folder, TOKENIZER_CONFIG_FILE)
-        config = {}
-        if os.path.exists(config_path):
-            with open(config_path, encoding="utf-8") as f:
-                config = json.load(f)
-        config.update(
-            do_lower_case=self.lowercase,
-            strip_accents=self.strip_accents,
-            tokenize_chinese_chars=self.tokenize_chinese_chars,
-            split_special_tokens=self.split_special_tokens,
-            unk_token=UNK,
-            sep_token=SEP,
-            pad_token=PAD,
-            cls_token=CLS,
-            mask_token=MASK,
-            tokenizer_class="BertTokenizer",
+        tokenizer_files.write_tokenizer(
+            folder, self._vocabulary.tokens, lowercase=self.lowercase, strip_accents=self.strip_accents,
+            tokenize_chinese_chars=self.tokenize_chinese_chars, split_special_tokens=self.split_special_tokens,
+            model_max_length=model_max_length,
         )
-        with open(config_path, "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2, ensure_ascii=False)
 
     def get_config(self):
         return {

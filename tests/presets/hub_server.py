@@ -2,16 +2,25 @@
 huggingface_hub's `hf_hub_download` asks: HEAD and GET on
 `/{repo}/resolve/{revision}/{filename}`, with `ETag`, `X-Repo-Commit`,
 `Content-Length`, and `X-Error-Code` on errors. It can cut a body short,
-stall, and demand a token, and it records every request."""
+stall, and demand a token, and it records every request.
 
+It takes uploads as `HfApi.create_repo` and `HfApi.upload_folder` send them
+for small files: `POST /api/repos/create`, then `/api/models/{repo}/preupload/
+{revision}`, answered "regular" for every file, so that the files come inline
+(base64) in the NDJSON body of `/api/models/{repo}/commit/{revision}` rather
+than through LFS or Xet storage."""
+
+import base64
 import hashlib
 import http.server
+import json
 import re
 import threading
 import urllib.parse
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _PATH = re.compile(r"/(?P<repo>[^/]+(?:/[^/]+)?)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)")
+_API = re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+)/(?P<action>preupload|commit)/(?P<revision>[^/]+)")
 
 
 class HubServer:
@@ -101,6 +110,47 @@ class HubServer:
         else:
             handler.wfile.write(body)
 
+    def receive(self, handler):
+        """An upload request (POST)."""
+        self.requests.append(("POST", handler.path))
+        body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        if self.token and handler.headers.get("Authorization") != f"Bearer {self.token}":
+            return self._error(handler, 401, "RepoNotFound")
+        path = urllib.parse.urlsplit(handler.path).path
+        if path == "/api/repos/create":
+            request = json.loads(body)
+            repo = f"{request['organization']}/{request['name']}"
+            exists = repo in self.repos
+            self.repos.setdefault(repo, {})
+            return self._json(handler, 409 if exists else 200, {"url": f"{self.url}/{repo}"})
+        match = _API.fullmatch(path)
+        if not match or match["repo"] not in self.repos:
+            return self._error(handler, 404, "RepoNotFound")
+        if urllib.parse.unquote(match["revision"]) != "main":
+            return self._error(handler, 404, "RevisionNotFound")
+        if match["action"] == "preupload":
+            files = json.loads(body)["files"]
+            return self._json(handler, 200, {"files": [{"path": f["path"], "uploadMode": "regular",
+                                                        "shouldIgnore": False} for f in files]})
+        for line in body.splitlines():
+            item = json.loads(line)
+            if item["key"] == "file":
+                assert item["value"]["encoding"] == "base64"
+                self.repos[match["repo"]][item["value"]["path"]] = base64.b64decode(item["value"]["content"])
+            elif item["key"] != "header":
+                return self._error(handler, 400, "BadRequest")
+        return self._json(handler, 200, {"commitUrl": f"{self.url}/{match['repo']}/commit/{COMMIT}",
+                                         "commitOid": COMMIT})
+
+    @staticmethod
+    def _json(handler, status, value):
+        body = json.dumps(value).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
     @staticmethod
     def _error(handler, status, code, commit=False):
         handler.send_response(status)
@@ -120,6 +170,9 @@ def _handler(hub):
 
         def do_GET(self):
             hub.answer(self, "GET")
+
+        def do_POST(self):
+            hub.receive(self)
 
         def log_message(self, *args):
             pass

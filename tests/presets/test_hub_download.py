@@ -203,3 +203,48 @@ def test_revision_is_passed_through_and_a_missing_one_is_named(hub):
     with pytest.raises(FileNotFoundError, match=r'has no revision "v2"'):
         get_preset_dir(REPO + "@v2")
 
+
+def test_upload_preset_sends_the_folder_with_the_token_and_a_download_reads_it_back(hub, hf_cache, tmp_path, monkeypatch):
+    backbone = kbert.BertBackbone(vocabulary_size=len(VOCABULARY), num_layers=1, num_heads=2, hidden_dim=8,
+                                  intermediate_dim=16, max_sequence_length=16)
+    tokenizer = kbert.BertTokenizer(VOCABULARY)
+    folder = tmp_path / "exported"
+    classifier = kbert.BertClassifier(backbone, 2, kbert.BertPreprocessor(tokenizer, sequence_length=16),
+                                      class_names=["bad", "good"])
+    classifier.export_to_transformers(str(folder))
+    hub.token = "hf_secret"
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+
+    url = kbert.presets.upload_preset("hf://me/uploaded", str(folder))
+    assert url == f"{hub.url}/me/uploaded/commit/{COMMIT}"
+    assert ("POST", "/api/repos/create") in hub.requests
+    assert {name: (folder / name).read_bytes() for name in os.listdir(folder)} == hub.repos["me/uploaded"]
+
+    restored = kbert.BertClassifier.from_preset("hf://me/uploaded")
+    assert restored.class_names == ["bad", "good"]
+    for ours, back in zip(classifier.weights, restored.weights):
+        np.testing.assert_array_equal(to_numpy(back), to_numpy(ours))
+    # Again into the repository that now exists.
+    kbert.presets.upload_preset("hf://me/uploaded", str(folder))
+
+
+def test_upload_of_a_folder_that_is_no_preset_is_refused_before_any_request(hub, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"not a preset folder.*export_to_transformers"):
+        kbert.presets.upload_preset("hf://me/uploaded", str(tmp_path))
+    assert hub.requests == []
+
+
+def test_repository_with_tokenizer_json_and_no_vocab_txt_downloads_and_tokenizes(tiny_bert, hf_cache, tmp_path,
+                                                                                 monkeypatch):
+    # As transformers 5 saves a tokenizer: tokenizer.json and tokenizer_config.json.
+    (tmp_path / "vocab.txt").write_text("".join(token + "\n" for token in VOCABULARY))
+    transformers.BertTokenizerFast(vocab=str(tmp_path / "vocab.txt")).save_pretrained(str(tmp_path / "tokenizer"))
+    files = {name: (tmp_path / "tokenizer" / name).read_bytes() for name in ("tokenizer.json", "tokenizer_config.json")}
+    files.update({k: v for k, v in tiny_bert[0].items() if k != "vocab.txt"})
+    with HubServer({"owner/new-layout": files}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        model = kbert.BertClassifier.from_preset("hf://owner/new-layout", num_classes=2, sequence_length=8)
+        assert model.preprocessor.tokenizer(["the good film"]).to_list() == [[5, 8, 7]]
+        server.requests.clear()
+        assert kbert.BertTokenizer.from_preset("hf://owner/new-layout").vocabulary == VOCABULARY
+        assert server.requests == []

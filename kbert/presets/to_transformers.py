@@ -1,0 +1,113 @@
+"""kbert models -> Hugging Face folders that transformers loads.
+
+A folder holds `config.json` (the architecture, the labels, the dtype),
+`model.safetensors` (`huggingface`'s table of names run backwards, with the
+task's own `hf_head_table()`) and the tokenizer's files
+(`tokenizer_files.write_tokenizer`). `BertTextEmbedder`s are written as
+sentence-transformers folders (`sentence_transformers.write_folder`), whose
+Transformer module is such a folder. Either loads back into kbert with
+`from_preset(folder)`, bit for bit.
+"""
+
+import json
+import os
+
+from safetensors.numpy import save_file
+
+from kbert.presets import files, huggingface
+
+WEIGHTS = "model.safetensors"
+# kbert's class -> (transformers' class, whether it has BERT's pooler): the
+# token-level heads of transformers have none, so theirs is not written.
+ARCHITECTURES = {
+    "BertBackbone": ("BertModel", True),
+    "BertClassifier": ("BertForSequenceClassification", True),
+    "BertTokenClassifier": ("BertForTokenClassification", False),
+    "BertQuestionAnswerer": ("BertForQuestionAnswering", False),
+    "BertMaskedLM": ("BertForMaskedLM", False),
+    "BertPretrainer": ("BertForPreTraining", True),
+}
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def architecture(model):
+    """transformers' class for `model` (or the nearest kbert class it
+    derives from), and whether that class has a pooler."""
+    for klass in type(model).__mro__:
+        if klass.__name__ in ARCHITECTURES:
+            return ARCHITECTURES[klass.__name__]
+    raise ValueError(
+        f"{type(model).__name__} has no transformers counterpart; export_to_transformers writes "
+        f"{', '.join(ARCHITECTURES)} (and BertTextEmbedder, as a sentence-transformers folder)."
+    )
+
+
+def export_to_transformers(model, path, dtype="float32"):
+    """Writes `model` (a `BertBackbone` or a task model) to the folder `path`
+    in Hugging Face's layout; `transformers.AutoModelFor...` and
+    `AutoTokenizer` load it, and so does kbert's `from_preset(path)`.
+
+    Args:
+        model: the model.
+        path: a new (or empty) folder.
+        dtype: of the weights written: `"float32"` (also for a model trained
+            in mixed precision, whose weights are float32), `"float16"` or
+            `"bfloat16"`.
+
+    Returns:
+        `path`.
+    """
+    name, pooler = architecture(model)
+    if name == "BertModel":
+        backbone, head, head_config = model, [], {}
+    else:
+        backbone, head, head_config = model.backbone, model.hf_head_table(), _head_config(model, name)
+    # A backbone has no preprocessor; a task model fed token ids has None.
+    preprocessor = getattr(model, "preprocessor", None)
+    return write_folder(path, name, backbone, head, head_config, preprocessor, dtype, pooler)
+
+
+def write_folder(path, name, backbone, head=(), head_config=None, preprocessor=None, dtype="float32", pooler=True):
+    """Writes a transformers `name` model: `backbone`'s weights under
+    `bert.` (bare for `BertModel`), the `head` rows (`hf_head_table()`), the
+    config with `head_config`, and `preprocessor`'s tokenizer."""
+    if str(dtype) not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}: export weights as one of {', '.join(DTYPES)}.")
+    _check_empty(path)
+    rows = [row for row in huggingface.backbone_table(backbone) if pooler or not row[1].startswith("pooler.")]
+    tensors = huggingface.tensors_of(rows, "" if name == "BertModel" else "bert.", dtype)
+    tensors.update(huggingface.tensors_of(head, "", dtype))
+    config = {"architectures": [name], **huggingface.hf_config(backbone.get_config()), **(head_config or {})}
+    tokenizer = preprocessor.tokenizer if preprocessor is not None else None
+    # transformers 5 reads `dtype`, earlier versions `torch_dtype`.
+    config.update(pad_token_id=tokenizer.pad_id if tokenizer is not None else 0, dtype=str(dtype),
+                  torch_dtype=str(dtype))
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, files.HF_CONFIG), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, ensure_ascii=False)
+    save_file(tensors, os.path.join(path, WEIGHTS), metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_to_preset(path, model_max_length=preprocessor.sequence_length)
+    return path
+
+
+def _head_config(model, name):
+    if name in ("BertForSequenceClassification", "BertForTokenClassification"):
+        # Unnamed classes as transformers names them (LABEL_0, ...), which
+        # kbert reads back as no class_names.
+        names = model.class_names or [f"LABEL_{i}" for i in range(model.num_classes)]
+        return {"id2label": {str(i): label for i, label in enumerate(names)},
+                "label2id": {label: i for i, label in enumerate(names)},
+                "classifier_dropout": model.dropout}
+    if name in ("BertForMaskedLM", "BertForPreTraining"):
+        # The output projection is the token embedding (kbert's MaskedLMHead).
+        return {"tie_word_embeddings": True}
+    return {}
+
+
+def _check_empty(path):
+    if os.path.isdir(path) and os.listdir(path):
+        raise FileExistsError(
+            f"{path} is not empty: export_to_transformers writes a new folder, so that no file of another model "
+            "(a kbert_config.json, another tokenizer) is read with this one. Give a new path or empty it first."
+        )
