@@ -83,7 +83,9 @@ def _train(args):
             _preset(args.preset), num_classes=num_classes, class_names=class_names,
             sequence_length=args.sequence_length, dtype=args.dtype,
         )
-    model.fit(table.texts, np.array(label_ids), batch_size=args.batch_size, epochs=args.epochs)
+    # Named labels are mapped by the model itself, through the class names chosen above.
+    labels = table.labels if class_names else np.array(label_ids)
+    model.fit(table.texts, labels, batch_size=args.batch_size, epochs=args.epochs)
     model.save_to_preset(args.output)
     with open(os.path.join(args.output, "cli.json"), "w") as f:
         json.dump({"pairs": bool(args.text_pair_column)}, f)
@@ -95,14 +97,12 @@ def _evaluate(args):
 
     model = _load(args.model)
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
-    label_ids = model_label_ids(table.labels, model.class_names, model.num_classes, table.places)
+    label_ids = model_label_ids(table.labels, model, table.places)
     results = model.evaluate(table.texts, np.array(label_ids), batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: round(float(v), 6) for k, v in results.items()}))
 
 
 def _predict(args):
-    import numpy as np
-
     if args.data:
         texts = read_table(args.data, args.text_column, None, args.text_pair_column, args.max_examples).texts
     elif args.texts:
@@ -110,13 +110,11 @@ def _predict(args):
     else:
         raise UsageError("Give texts to classify as arguments, or --data FILE with --text-column.")
     model = _load(args.model)
-    logits = model.predict(texts, batch_size=args.batch_size, verbose=0)
-    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
-    probabilities /= probabilities.sum(-1, keepdims=True)
     names = model.class_names or [str(i) for i in range(model.num_classes)]
-    for text, row in zip(texts[0] if isinstance(texts, tuple) else texts, probabilities):
-        print(json.dumps({"text": text, "label": names[int(row.argmax())],
-                          "probabilities": {n: round(float(p), 4) for n, p in zip(names, row)}}))
+    for text, answer in zip(texts[0] if isinstance(texts, tuple) else texts,
+                            model.classify(texts, batch_size=args.batch_size)):
+        print(json.dumps({"text": text, "label": answer["label"],
+                          "probabilities": {n: round(p, 4) for n, p in zip(names, answer["probabilities"])}}))
 
 
 def _export(args):

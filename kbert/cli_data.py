@@ -166,27 +166,26 @@ def encode_labels(labels, num_classes=None, places=None):
     return ids, None
 
 
-def model_label_ids(labels, class_names, num_classes, places=None):
-    """Label ids for a trained model: names looked up in the model's
-    `class_names` (never re-sorted: the model's order is the one it learned),
-    or, for a model without names, integer ids in 0..num_classes-1."""
-    if class_names:
-        index = {str(name): i for i, name in enumerate(class_names)}
-        if not all(label in index for label in labels):
-            label, where = _first(labels, lambda v: v not in index, places)
-            raise UsageError(
-                f"{where}: label {label!r} is not one of the model's classes ({_listing(class_names)}). "
-                "Use the label names the model was trained on."
-            )
-        return [index[label] for label in labels]
-    if not all(_is_integer(label) for label in labels):
-        label, where = _first(labels, lambda v: not _is_integer(v), places)
-        raise UsageError(
-            f"{where}: label {label!r} is a name, but the model was trained on integer labels "
-            f"0..{num_classes - 1} and has no class names. Give the labels as those ids."
-        )
-    ids = [int(label) for label in labels]
-    if not all(0 <= i < num_classes for i in ids):
-        label, where = _first(ids, lambda i: not 0 <= i < num_classes, places)
-        raise UsageError(f"{where}: label {label} is outside the model's classes 0..{num_classes - 1}.")
-    return ids
+def model_label_ids(labels, model, places=None):
+    """Label ids for a trained classifier, mapped by the model's own
+    preprocessor as `fit` and `evaluate` map them (names through its
+    `class_names`, never re-sorted; ids checked against `num_classes`); a
+    label it refuses is named by its place in the file."""
+    import numpy as np
+
+    head = model.head_settings()
+    # A file's ids are text: numbers for a model without class names.
+    labels = [int(v) if not model.class_names and _is_integer(v) else v for v in labels]
+
+    def refused(label):
+        try:
+            model.preprocessor.label_ids(np.asarray([label]), head)
+        except ValueError as error:
+            return error
+        return None
+
+    try:
+        return model.preprocessor.label_ids(np.asarray(labels), head).tolist()
+    except ValueError:
+        label, where = _first(labels, lambda v: refused(v) is not None, places)
+        raise UsageError(f"{where}: label {label!r}: {refused(label)}") from None
