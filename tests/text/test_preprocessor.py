@@ -107,8 +107,10 @@ def test_dataset_map_feeds_model_fit_on_the_current_backend(preprocessor):
 # Every setting off its default, and texts on which each changes the features:
 # short texts (padding), pairs past sequence_length (truncation), and words
 # that the tokenizer's settings split differently (as in test_tokenizer.py).
-TOKENIZER_SETTINGS = dict(lowercase=False, strip_accents=True, tokenize_chinese_chars=False, split_special_tokens=True)
-PACKING = dict(sequence_length=16, truncation="only_first", pad_to="longest", pad_to_multiple_of=4)
+TOKENIZER_SETTINGS = {
+    "lowercase": False, "strip_accents": True, "tokenize_chinese_chars": False, "split_special_tokens": True,
+}
+PACKING = {"sequence_length": 16, "truncation": "only_first", "pad_to": "longest", "pad_to_multiple_of": 4}
 SHORT_TEXTS = ["Café [MASK] café", "北京 a dog"]
 LONG_PAIRS = (
     ["the cat sat on the mat all day long in the sun", "a dog barked at the postman all afternoon"],

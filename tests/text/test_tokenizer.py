@@ -222,7 +222,7 @@ def test_special_token_ids_are_those_of_the_vocabulary(minilm, minilm_hf):
 
 
 # Every setting off its default, and texts on which each setting changes the ids.
-SETTINGS = dict(lowercase=False, strip_accents=True, tokenize_chinese_chars=False, split_special_tokens=True)
+SETTINGS = {"lowercase": False, "strip_accents": True, "tokenize_chinese_chars": False, "split_special_tokens": True}
 SETTING_TEXTS = ["Café au lait [MASK] café", "北京 is big", "the cat sat on the mat"]
 
 
