@@ -25,3 +25,14 @@ def dataset_ops(dataset):
 
     graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
     return [node.op for function in graph.library.function for node in function.node_def]
+
+
+def rebuilt_from_config(obj):
+    """`obj` rebuilt from its config both ways Keras does it: `from_config`,
+    and `serialize_keras_object` -> `deserialize_keras_object` (what saving
+    writes and loading reads). Compare what the copies DO with what `obj`
+    does: comparing configs passes when both lack the same key."""
+    return [
+        type(obj).from_config(obj.get_config()),
+        keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(obj)),
+    ]

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from kbert.layers import Dropout
-from tests.helpers import to_numpy
+from tests.helpers import rebuilt_from_config, to_numpy
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.5])
@@ -84,9 +84,18 @@ def test_any_shape_and_unknown_dimensions_in_a_tensorflow_graph():
         assert y.shape == (3, 5, 7) and 0 < (y == 0).sum() < y.size
 
 
-def test_config_round_trips():
-    layer = Dropout(0.2, name="drop")
-    assert Dropout.from_config(layer.get_config()).get_config() == layer.get_config()
+@pytest.mark.parametrize("noise_shape", [None, (8, 1, 256)])
+def test_a_layer_rebuilt_from_its_config_drops_the_same_elements(noise_shape):
+    # Seeded layers draw the same first mask: a copy that lost the rate, the
+    # seed, the noise shape or the dtype from its config drops other elements.
+    layer = Dropout(0.3, noise_shape=noise_shape, seed=7, dtype="float16", name="drop")
+    copies = rebuilt_from_config(layer)
+    x = np.ones((8, 16, 256), "float32")
+    expected = to_numpy(layer(x, training=True))
+    assert expected.dtype == np.float16 and abs((expected == 0).mean() - 0.3) < 0.05
+    for copy in copies:
+        np.testing.assert_array_equal(to_numpy(copy(x, training=True)), expected)
+        np.testing.assert_array_equal(to_numpy(copy(x)), x)
 
 
 @pytest.mark.skipif(keras.backend.backend() == "jax", reason="on JAX the layer is Keras' dropout (no 16-bit mask)")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from kbert.layers import TokenEmbedding
-from tests.helpers import to_numpy
+from tests.helpers import rebuilt_from_config, to_numpy
 
 
 def one_sgd_step(embedding, ids, weights):
@@ -38,9 +38,28 @@ def test_token_embedding_has_keras_embeddings_values_and_gradients(dtype, reques
     assert not np.allclose(our_table, table)  # the step moved it
 
 
-def test_config_round_trips():
-    layer = TokenEmbedding(30, 4, name="token_embedding")
-    assert TokenEmbedding.from_config(layer.get_config()).get_config() == layer.get_config()
+def test_a_layer_rebuilt_from_its_config_gives_the_same_rows_mask_and_penalty():
+    # Every setting differs from its default: a copy that lost one from the
+    # config initializes, casts, masks, trains or regularizes differently.
+    layer = TokenEmbedding(
+        30, 4, embeddings_initializer=keras.initializers.RandomNormal(seed=3), mask_zero=True,
+        embeddings_regularizer=keras.regularizers.L2(0.1), trainable=False, dtype="float16",
+    )
+    copies = rebuilt_from_config(layer)
+    for embedding in [layer, *copies]:
+        embedding.build((None, 3))
+    for copy in copies:
+        np.testing.assert_array_equal(to_numpy(copy.embeddings), to_numpy(layer.embeddings))
+    table = np.random.default_rng(0).normal(size=(30, 4)).astype("float32")
+    for embedding in [layer, *copies]:
+        embedding.set_weights([table])
+    ids = np.array([[3, 29, 0], [7, 0, 0]], "int32")
+    for copy in copies:
+        np.testing.assert_array_equal(to_numpy(copy(ids)), to_numpy(layer(ids)))
+        np.testing.assert_array_equal(to_numpy(copy.compute_mask(ids)), to_numpy(layer.compute_mask(ids)))
+        assert copy.trainable_weights == []
+        copy.trainable = layer.trainable = True  # the penalty counts trainable weights only
+        assert [float(to_numpy(loss)) for loss in copy.losses] == [float(to_numpy(loss)) for loss in layer.losses]
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="inspects a TensorFlow graph")

@@ -1,10 +1,12 @@
+import inspect
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from kbert.text import BertPreprocessor, BertTokenizer
-from tests.helpers import dataset_ops
+from kbert.text import BertClassifierPreprocessor, BertPreprocessor, BertTokenizer
+from tests.helpers import dataset_ops, rebuilt_from_config
 
 TEXTS = ["The cat sat on the mat.", "It was tired.", "A dog barked at the postman all afternoon."]
 
@@ -63,13 +65,6 @@ def test_pad_to_longest_shrinks_batches(minilm_dir):
     assert preprocessor(TEXTS)["token_ids"].shape == (3, 16)
 
 
-def test_get_config_rebuilds_the_same_preprocessor(preprocessor):
-    config = preprocessor.get_config()
-    assert config["sequence_length"] == 16 and config["truncation"] == "longest_first"
-    clone = BertPreprocessor.from_config(config)
-    np.testing.assert_array_equal(clone(TEXTS)["token_ids"], preprocessor(TEXTS)["token_ids"])
-
-
 def test_preprocessor_rejects_token_ids_with_a_pointer_to_the_packer(preprocessor):
     with pytest.raises(TypeError, match="SegmentPacker"):
         preprocessor(tf.constant([[1, 2, 3]]))
@@ -109,10 +104,35 @@ def test_dataset_map_feeds_model_fit_on_the_current_backend(preprocessor):
     assert np.isfinite(history.history["loss"][0])
 
 
-def test_keras_serialization_round_trips_the_preprocessor(preprocessor):
-    config = keras.saving.serialize_keras_object(preprocessor)
-    clone = keras.saving.deserialize_keras_object(config)
-    assert isinstance(clone, BertPreprocessor) and clone.get_config() == preprocessor.get_config()
+# Every setting off its default, and texts on which each changes the features:
+# short texts (padding), pairs past sequence_length (truncation), and words
+# that the tokenizer's settings split differently (as in test_tokenizer.py).
+TOKENIZER_SETTINGS = {
+    "lowercase": False, "strip_accents": True, "tokenize_chinese_chars": False, "split_special_tokens": True,
+}
+PACKING = {"sequence_length": 16, "truncation": "only_first", "pad_to": "longest", "pad_to_multiple_of": 4}
+SHORT_TEXTS = ["Café [MASK] café", "北京 a dog"]
+LONG_PAIRS = (
+    ["the cat sat on the mat all day long in the sun", "a dog barked at the postman all afternoon"],
+    ["the dog sat on the mat too", "it was very tired of that"],
+)
+
+
+def features(preprocessor):
+    return [{k: v.numpy().tolist() for k, v in preprocessor(x).items()} for x in (SHORT_TEXTS, LONG_PAIRS)]
+
+
+@pytest.mark.parametrize("cls", [BertPreprocessor, BertClassifierPreprocessor])
+def test_a_preprocessor_rebuilt_from_its_config_gives_the_same_features(cls, minilm_dir):
+    tokenizer = BertTokenizer.from_preset(minilm_dir, **TOKENIZER_SETTINGS)
+    preprocessor = cls(tokenizer, **PACKING, name="pairs")
+    expected = features(preprocessor)
+    for copy in rebuilt_from_config(preprocessor):
+        assert type(copy) is cls and copy.name == "pairs"
+        assert features(copy) == expected
+    for key in PACKING:  # so a copy that lost a setting from the config fails above
+        default = inspect.signature(BertPreprocessor).parameters[key].default
+        assert features(cls(tokenizer, **{**PACKING, key: default})) != expected, key
 
 
 # Texts that probe the cut before WordPiece: runs of whitespace and of

@@ -1,6 +1,7 @@
 """BertTokenizer: id-for-id parity with Hugging Face, and running in-graph."""
 
 import csv
+import inspect
 import json
 from pathlib import Path
 
@@ -220,14 +221,18 @@ def test_special_token_ids_are_those_of_the_vocabulary(minilm, minilm_hf):
     assert minilm.id_to_token(minilm.token_to_id("hello")) == "hello"
 
 
+# Every setting off its default, and texts on which each setting changes the ids.
+SETTINGS = {"lowercase": False, "strip_accents": True, "tokenize_chinese_chars": False, "split_special_tokens": True}
+SETTING_TEXTS = ["Café au lait [MASK] café", "北京 is big", "the cat sat on the mat"]
+
+
 def test_save_to_preset_writes_a_folder_hugging_face_and_kbert_both_load(minilm, tmp_path):
-    minilm.save_to_preset(tmp_path)
-    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
-    assert config["do_lower_case"] is True
-    reloaded = BertTokenizer.from_preset(tmp_path)
-    assert reloaded.get_config() == minilm.get_config()
+    tokenizer = BertTokenizer(minilm.vocabulary, **SETTINGS)  # each setting read back, or the ids change
+    tokenizer.save_to_preset(tmp_path)
+    ids = tokenizer(HARD_TEXTS + SETTING_TEXTS).to_list()
+    assert BertTokenizer.from_preset(tmp_path)(HARD_TEXTS + SETTING_TEXTS).to_list() == ids
     hf = BertTokenizerFast.from_pretrained(str(tmp_path))
-    assert hf_ids(hf, HARD_TEXTS) == reloaded(HARD_TEXTS).to_list()
+    assert hf_ids(hf, HARD_TEXTS + SETTING_TEXTS) == ids
 
 
 def test_from_preset_reads_casing_from_tokenizer_config(tmp_path):
@@ -239,11 +244,13 @@ def test_from_preset_reads_casing_from_tokenizer_config(tmp_path):
     assert tokenizer("Hello").numpy().tolist() == [5]
 
 
-def test_get_config_rebuilds_the_same_tokenizer():
-    tokenizer = BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "##b"], lowercase=False)
-    clone = BertTokenizer.from_config(tokenizer.get_config())
-    assert clone.get_config() == tokenizer.get_config()
-    assert clone(["ab A"]).to_list() == tokenizer(["ab A"]).to_list() == [[5, 6, 1]]
+def test_a_tokenizer_rebuilt_from_its_config_gives_the_same_ids(minilm):
+    tokenizer = BertTokenizer(minilm.vocabulary, **SETTINGS)
+    ids = tokenizer(SETTING_TEXTS).to_list()
+    assert BertTokenizer.from_config(tokenizer.get_config())(SETTING_TEXTS).to_list() == ids
+    for key in SETTINGS:  # so a copy that lost a setting from the config fails above
+        default = inspect.signature(BertTokenizer).parameters[key].default
+        assert BertTokenizer(minilm.vocabulary, **{**SETTINGS, key: default})(SETTING_TEXTS).to_list() != ids, key
 
 
 def test_vocabulary_without_unk_is_refused_with_a_hint():
