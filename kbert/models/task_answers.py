@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from kbert import serving
-from kbert.text.pipeline import slices, text_tensor
+from kbert.text.pipeline import slices, take, text_tensor
 
 # A model trained on JAX or PyTorch is exported by a TensorFlow process that
 # loads it from a preset: argv is preset, path, pairs, top_k.
@@ -71,8 +71,11 @@ class Answering:
         if keras.backend.backend() != "tensorflow":
             self._export_through_tensorflow(path, pairs, top_k)
             return path
-        serve, signature, fills = self.serving_function(pairs=pairs, top_k=top_k)
-        return serving.write(self, path, serve, signature, fills)
+        # Slices padded to their longest text, as predict pads a batch (a
+        # served graph compiles no shapes).
+        with self._longest_padding():
+            serve, signature, fills = self.serving_function(pairs=pairs, top_k=top_k)
+            return serving.write(self, path, serve, signature, fills)
 
     def _answering(self, pairs=False, top_k=5):
         """The task's answering, as TensorFlow ops: `(preprocess, postprocess,
@@ -117,20 +120,27 @@ class Answering:
         numpy values, one per row of `inputs` (a tuple of lists of str)."""
         if self.preprocessor is None:
             raise ValueError(f"{type(self).__name__} needs a preprocessor to read text; build the model with one.")
-        # Traced once per model: eager tensorflow-text ops cost more than a
-        # small model's forward pass.
-        preprocess, postprocess = (
-            self._traced(("answers", i, pairs, top_k), lambda i=i: self._answering(pairs=pairs, top_k=top_k)[i])
-            for i in (0, 1)
-        )
+        # Sorted by length as predict sorts (its order), given back in the
+        # input's order.
+        order = self._length_order(tuple(inputs))
+        if order is not None:
+            inputs = take(tuple(inputs), order)
         rows = []
-        for part in slices(text_tensor(tuple(inputs)), batch_size):
-            features, context = preprocess(*part)
-            outputs = keras.tree.map_structure(
-                lambda v: tf.convert_to_tensor(keras.ops.convert_to_numpy(v)), self._predict_batch(features))
-            answers = {k: v.numpy() for k, v in postprocess(outputs, context).items()}
-            rows += [{k: _decoded(v[i]) for k, v in answers.items()} for i in range(int(tf.shape(part[0])[0]))]
-        return rows
+        # Padded as predict pads a batch (see `_pads_to_longest`).
+        with self._longest_padding():
+            # Traced once per model: eager tensorflow-text ops cost more than a
+            # small model's forward pass.
+            preprocess, postprocess = (
+                self._traced(("answers", i, pairs, top_k), lambda i=i: self._answering(pairs=pairs, top_k=top_k)[i])
+                for i in (0, 1)
+            )
+            for part in slices(text_tensor(tuple(inputs)), batch_size):
+                features, context = preprocess(*part)
+                outputs = keras.tree.map_structure(
+                    lambda v: tf.convert_to_tensor(keras.ops.convert_to_numpy(v)), self._predict_batch(features))
+                answers = {k: v.numpy() for k, v in postprocess(outputs, context).items()}
+                rows += [{k: _decoded(v[i]) for k, v in answers.items()} for i in range(int(tf.shape(part[0])[0]))]
+        return rows if order is None else [rows[i] for i in np.argsort(order)]
 
     def _export_through_tensorflow(self, path, pairs, top_k):
         with tempfile.TemporaryDirectory() as preset:
