@@ -261,6 +261,7 @@ def test_a_request_of_10000_texts_takes_the_memory_of_a_few_slices(exports):
     assert served["growth_mb"] < 40
 
 
+@once
 def test_a_request_is_sliced_by_tokens_in_length_order():
     import tensorflow as tf
 
