@@ -46,9 +46,11 @@ def export(model, filepath, head=None, **arguments):
 
 def serving_function(model, pairs=False, top_k=5, head=None):
     """`(serve, input_signature, fills)`: raw strings in, the task's answers
-    out, as TensorFlow ops."""
+    out, as TensorFlow ops; a slice of a request padded as `predict` pads a
+    batch (`task_inputs.padding`: to its longest text, where shapes compile
+    nothing)."""
     preprocess, postprocess, signature, fills = model.preprocessor.answering(
-        head or model.head_settings(), model.input_padding, pairs=pairs, top_k=top_k)
+        head or model.head_settings(), task_inputs.padding(model), pairs=pairs, top_k=top_k)
 
     def serve(*inputs):
         features, context = preprocess(*inputs)
@@ -71,23 +73,30 @@ def answers_in_slices(model, inputs, batch_size=32, pairs=False, top_k=5, head=N
     numpy values, one per row of `inputs` (a tuple of lists of str)."""
     if model.preprocessor is None:
         raise ValueError(task_inputs.no_preprocessor(model))
-    head = head or model.head_settings()
+    head, pad_to = head or model.head_settings(), task_inputs.padding(model)
     # Traced once per model: eager tensorflow-text ops cost more than a
     # small model's forward pass.
-    key = ("answers", model.input_padding, pairs, top_k, task_inputs._frozen(head))
+    key = ("answers", pad_to, pairs, top_k, task_inputs._frozen(head))
     preprocess, postprocess = (
         task_inputs.traced(model.preprocessor, key + (i,), lambda i=i: model.preprocessor.answering(
-            head, model.input_padding, pairs=pairs, top_k=top_k)[i])
+            head, pad_to, pairs=pairs, top_k=top_k)[i])
         for i in (0, 1)
     )
+    texts = text_tensor(tuple(inputs))
+    # Sorted by length as predict sorts (for little padding), given back in
+    # the input's order.
+    lengths = model.preprocessor.lengths((texts if len(texts) > 1 else texts[0],))
+    order = None if lengths is None else np.argsort(lengths, kind="stable")
+    if order is not None:
+        texts = tuple(tf.gather(t, order) for t in texts)
     rows = []
-    for part in slices(text_tensor(tuple(inputs)), batch_size):
+    for part in slices(texts, batch_size):
         features, context = preprocess(*part)
         outputs = keras.tree.map_structure(
             lambda v: tf.convert_to_tensor(keras.ops.convert_to_numpy(v)), task_inputs.predict_batch(model, features))
         answers = {k: v.numpy() for k, v in postprocess(outputs, context).items()}
         rows += [{k: _decoded(v[i]) for k, v in answers.items()} for i in range(int(tf.shape(part[0])[0]))]
-    return rows
+    return rows if order is None else [rows[i] for i in np.argsort(order)]
 
 
 def _export_through_tensorflow(model, path, arguments):

@@ -3,9 +3,10 @@
 The writer knows no task: each task model hands it one serving function, built
 from its own preprocessor and postprocessor (the very ones `fit` and
 `predict` use), and its input signature. The writer runs that function over a
-request in slices of `SLICE_ROWS` rows inside the graph, so that the memory a
-request takes stays flat however many rows it has, and saves it as
-`serving_default`.
+request as `predict` runs a list of texts, sorted by length and in slices of
+bounded tokens inside the graph (`kbert.serving.slices`), so that a request
+costs what `predict` costs and the memory it takes stays flat however many
+rows it has, and saves it as `serving_default`.
 """
 
 import os
@@ -14,9 +15,10 @@ import re
 import tensorflow as tf
 
 from kbert.layers.fused_dense import weights_cast_once
+from kbert.serving.slices import in_length_order, token_counts
 
-# Rows that one slice of a request runs through the model at once: what
-# `predict` runs per batch.
+# The rows of `predict`'s batches: a slice of a request holds as many padded
+# tokens as SLICE_ROWS rows of its longest text.
 SLICE_ROWS = 32
 
 
@@ -47,7 +49,7 @@ def export(model, path, **kwargs):
     return model.export(path, **kwargs)
 
 
-def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS):
+def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS, lengths=None):
     """Saves `serve` as the `serving_default` signature of a SavedModel at `path`.
 
     Args:
@@ -60,7 +62,12 @@ def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS
         input_signature: `serve`'s `tf.TensorSpec`s.
         fills: the value that pads each output where slices differ in their
             inner dimensions (default: "" for strings, 0 for numbers).
-        slice_rows: the rows of a slice.
+        slice_rows: a slice of a request holds at most the padded tokens
+            of `slice_rows` rows of the request's longest text (a request
+            of at most `slice_rows` rows runs as one).
+        lengths: `lengths(*strings)`, the tokens each row of a request
+            takes (int `[batch]`), by which it is sorted and sliced
+            (default: `token_counts(model.preprocessor)`).
     """
     module = tf.Module()
     # Only what serving needs is tracked: the preprocessor's lookup tables and
@@ -74,7 +81,8 @@ def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS
     with weights_cast_once(cast):
         # The serving code is graph code already (explicit while_loop and
         # cond): autograph would only re-read and re-convert its source.
-        module.serving_default = tf.function(in_slices(serve, input_signature, fills, slice_rows),
+        lengths = lengths or token_counts(model.preprocessor)
+        module.serving_default = tf.function(in_slices(serve, input_signature, lengths, fills, slice_rows),
                                              input_signature=input_signature, autograph=False)
         tf.saved_model.save(module, path, signatures={"serving_default": module.serving_default})
     return path
@@ -100,44 +108,13 @@ def cast_weights(model):
     return cast
 
 
-def in_slices(serve, input_signature, fills=None, slice_rows=SLICE_ROWS):
-    """`serve` over a request in slices of `slice_rows` rows, in a
-    `tf.while_loop`: the activations of one slice at a time, padded to that
-    slice's longest row, as `predict` pads a batch. Outputs whose inner
-    dimensions differ between slices (words, masks) are padded with `fills`."""
-    fills = fills or {}
-    outputs = tf.function(serve, autograph=False).get_concrete_function(*input_signature).structured_outputs
-    dtypes = {k: v.dtype for k, v in outputs.items()}
-
-    def run(*inputs):
-        rows = tf.shape(inputs[0])[0]
-        # At least one slice, so an empty request still gives outputs of the right rank.
-        count = tf.maximum((rows + slice_rows - 1) // slice_rows, 1)
-        parts = {k: tf.TensorArray(d, size=count, infer_shape=False) for k, d in dtypes.items()}
-        shapes = {k: tf.TensorArray(tf.int32, size=count) for k in dtypes}
-
-        def step(i, parts, shapes):
-            out = serve(*(x[i * slice_rows:(i + 1) * slice_rows] for x in inputs))
-            return (i + 1, {k: parts[k].write(i, out[k]) for k in parts},
-                    {k: shapes[k].write(i, tf.shape(out[k]) + 0) for k in shapes})
-
-        _, parts, shapes = tf.while_loop(lambda i, *_: i < count, step, (0, parts, shapes))
-        return {k: _padded_concat(parts[k], shapes[k].stack(), fills.get(k)) for k in parts}
-
-    return run
-
-
-def _padded_concat(parts, shapes, fill):
-    """The slices in `parts` joined along rows, each padded to the widest."""
-    widest = tf.reduce_max(shapes, axis=0)
-
-    def pad(i, joined):
-        part = parts.read(i)
-        extra = widest[1:] - tf.shape(part)[1:]
-        paddings = tf.stack([tf.concat([[0], tf.zeros_like(extra)], 0), tf.concat([[0], extra], 0)], axis=1)
-        value = fill if fill is not None else ("" if parts.dtype == tf.string else 0)
-        return i + 1, joined.write(i, tf.pad(part, paddings, constant_values=tf.cast(value, parts.dtype)))
-
-    joined = tf.TensorArray(parts.dtype, size=parts.size(), infer_shape=False)
-    _, joined = tf.while_loop(lambda i, _: i < parts.size(), pad, (0, joined))
-    return joined.concat()
+def in_slices(serve, input_signature, lengths, fills=None, slice_rows=SLICE_ROWS):
+    """`serve` over a request sorted by `lengths`, in slices of at most
+    `slice_rows` times its longest row's tokens, each padded to its own
+    longest row, the outputs in the request's order (see
+    `kbert.serving.slices.in_length_order`). Outputs whose inner dimensions
+    differ between slices (words, masks) are padded with `fills`."""
+    # Traced once, and called by both of in_length_order's paths.
+    serve = tf.function(serve, autograph=False).get_concrete_function(*input_signature)
+    outputs = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in serve.structured_outputs.items()}
+    return in_length_order(serve, outputs, slice_rows, lengths, fills)

@@ -38,12 +38,22 @@ def pack_words(preprocessor, words):
     return features, tf.RaggedTensor.from_row_splits(first_pieces, pieces.row_splits, validate=False)
 
 
+def valid_utf8(texts):
+    """`texts` with each byte sequence that is not UTF-8 replaced by U+FFFD,
+    as Python's `bytes.decode("utf-8", "replace")` replaces it (valid text
+    is left as it is). The words and entities given back are then text a
+    client can decode, and the same as the Python answers on the decoded
+    string: a served request may carry any bytes, Python's str cannot."""
+    return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+
+
 def text_words(preprocessor, texts):
     """Each text's words where BERT's pre-tokenizer splits it, with their
-    byte spans: `(words, starts, ends)`, ragged `[texts, (words)]`. Text past
-    what a sequence holds is cut first (`cut_after_words`), so a text of
-    200,000 characters costs what a sequence costs."""
-    return split_words_with_offsets(cut_after_words(texts, preprocessor.sequence_length))
+    byte spans in `valid_utf8(texts)`: `(words, starts, ends)`, ragged
+    `[texts, (words)]`. Text past what a sequence holds is cut first
+    (`cut_after_words`), so a text of 200,000 characters costs what a
+    sequence costs."""
+    return split_words_with_offsets(cut_after_words(valid_utf8(texts), preprocessor.sequence_length))
 
 
 def token_labels(first_pieces, tags, shape):
@@ -133,7 +143,9 @@ def bio_entities(labels, scores):
 
 def text_entities(texts, entities, word_starts, word_ends):
     """Entities located in their texts: `text` (as written), `start` and
-    `end` character offsets, from `bio_entities` and the words' byte spans."""
+    `end` character offsets, from `bio_entities` and the words' byte spans
+    (`text_words`': in `valid_utf8(texts)`)."""
+    texts = valid_utf8(texts)
     at = lambda spans, word: tf.gather(spans, word, batch_dims=1)  # noqa: E731
     start_byte = at(word_starts, entities["first_word"])
     end_byte = at(word_ends, entities["last_word"])

@@ -3,6 +3,7 @@ and tensorflow-text, calling `serving_default` on raw strings."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -48,10 +49,13 @@ requests = json.loads(sys.stdin.read())
 answers = {}
 for name, (path, inputs) in requests.items():
     signature = tf.saved_model.load(path).signatures["serving_default"]
-    tensors = {k: tf.constant([t.encode("latin-1") for t in v]) for k, v in inputs.items()}
+    tensors = {k: tf.constant([t.encode("latin-1") for t in v], tf.string) for k, v in inputs.items()}
     outputs = signature(**tensors)
     answers[name] = {k: v.numpy().tolist() for k, v in outputs.items() if v.dtype != tf.string}
     answers[name]["strings"] = {k: decode(v.numpy().tolist()) for k, v in outputs.items() if v.dtype == tf.string}
+    # The string outputs holding bytes that are not UTF-8 (which a client cannot decode).
+    answers[name]["not_utf8"] = sorted(k for k, v in outputs.items() if v.dtype == tf.string and not bool(
+        tf.reduce_all(tf.strings.unicode_transcode(v, "UTF-8", "UTF-8", errors="replace") == v)))
 answers["kbert_imported"] = "kbert" in sys.modules
 print(json.dumps(answers))
 """
@@ -197,16 +201,91 @@ def test_one_hostile_corpus_answers_alike_served_and_in_python(exports):
 
 
 @once
-def test_a_large_request_runs_in_slices_and_answers_like_predict(exports):
+def test_an_uneven_request_is_answered_in_its_own_order_like_predict(exports):
     models, paths, _ = exports
-    texts = [f"{t} {i}" + " more" * (i % 40) for i, t in enumerate(TEXTS * 34)]  # 102 rows: 4 slices
+    # Short and long texts shuffled: served sorted by length, in several
+    # slices, and given back in the request's order.
+    rng = np.random.default_rng(0)
+    texts = [f"{TEXTS[i % 3]} {i}" + " more" * int(rng.choice([0, 2, 6, 40])) for i in range(150)]
+    contexts = [CONTEXTS[i % 3] * int(rng.choice([1, 3])) + f" {i}" for i in range(40)]
+    questions = [QUESTIONS[i % 3] for i in range(40)]
     served = serve({"classifier": (paths["classifier"], {"text": texts}),
-                    "tagger": (paths["tagger"], {"text": texts})})
+                    "tagger": (paths["tagger"], {"text": texts}),
+                    "qa": (paths["qa"], {"question": questions, "context": contexts})})
     np.testing.assert_allclose(served["classifier"]["logits"], models["classifier"].predict(texts, verbose=0),
                                atol=1e-5)
     entities = models["tagger"].entities(texts)
     assert [row[: len(e)] for row, e in zip(served["tagger"]["strings"]["entity"], entities)] == \
         [[x["text"] for x in e] for e in entities]
+    answers = models["qa"].answer(questions, contexts)
+    assert served["qa"]["strings"]["answer"] == [a["answer"] for a in answers]
+    assert list(zip(served["qa"]["start"], served["qa"]["end"])) == [(a["start"], a["end"]) for a in answers]
+
+
+@once
+def test_requests_of_no_text_and_of_one_text_are_answered(exports):
+    models, paths, _ = exports
+    served = serve({"empty": (paths["classifier"], {"text": []}), "one": (paths["classifier"], {"text": TEXTS[1:2]}),
+                    "no_words": (paths["tagger"], {"text": []}), "no_context": (paths["qa"], {"question": [],
+                                                                                            "context": []})})
+    assert served["empty"]["logits"] == [] and served["empty"]["strings"]["label"] == []
+    assert served["no_words"]["score"] == [] and served["no_context"]["strings"]["answer"] == []
+    np.testing.assert_allclose(served["one"]["logits"], models["classifier"].predict(TEXTS[1:2], verbose=0), atol=1e-5)
+
+
+LARGE_REQUEST = r"""
+import json, resource, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+signature = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+texts = [f"text {i} " + "many words here " * 12 for i in range(10000)]  # each cut at 32 tokens
+signature(text=tf.constant(texts[:100]))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+logits = signature(text=tf.constant(texts))["logits"]
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"rows": int(logits.shape[0]), "growth_mb": (after - before) / 1024}))
+"""
+
+
+@once
+def test_a_request_of_10000_texts_takes_the_memory_of_a_few_slices(exports):
+    _, paths, _ = exports
+    result = subprocess.run([sys.executable, "-c", LARGE_REQUEST, paths["classifier"]], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    assert served["rows"] == 10000
+    # Its peak over a request of 100 texts. The same request run as one slice
+    # (slice_rows=10**6) grew by about 250 MB: its attention alone holds
+    # 10,000 x 2 heads x 32 x 32 floats per layer.
+    assert served["growth_mb"] < 40
+
+
+@once
+def test_a_request_is_sliced_by_tokens_in_length_order():
+    import tensorflow as tf
+
+    from kbert.serving.slices import in_length_order
+
+    # Each "text" is its token count; each row answers what its slice held.
+    def serve(texts):
+        counts = tf.strings.to_number(texts, tf.int32)
+        rows = tf.shape(counts)[0]
+        longest = tf.reduce_max(tf.concat([counts, [0]], 0))
+        return {"count": counts, "slice_tokens": tf.fill([rows], rows * longest), "slice_rows": tf.fill([rows], rows)}
+
+    specs = {k: tf.TensorSpec([None], tf.int32) for k in ("count", "slice_tokens", "slice_rows")}
+    run = tf.function(in_length_order(serve, specs, 8, lambda texts: tf.strings.to_number(texts, tf.int32)))
+    counts = np.random.default_rng(0).choice([1, 2, 3, 5, 30, 64], size=300)
+    served = {k: v.numpy() for k, v in run(tf.constant(counts.astype(str))).items()}
+    assert served["count"].tolist() == counts.tolist()  # the request's order
+    assert served["slice_tokens"].max() <= 8 * counts.max()  # the budget: 8 rows of the longest
+    assert served["slice_rows"].min() >= 8  # no slice smaller than 8 rows (300 = 8 x 37 + 4: the last is larger)
+    # Sorted, a slice holds texts of about one length: the padding is a
+    # fraction of what slices of 8 rows in the request's order would carry.
+    padded = served["slice_tokens"] / served["slice_rows"]
+    in_order = np.repeat([part.max() for part in np.array_split(counts, range(8, 300, 8))], 8)[:300]
+    assert (padded - counts).sum() < 0.1 * (in_order - counts).sum()
 
 
 @once
@@ -280,14 +359,54 @@ def test_exports_use_tf_serving_version_folders(exports):
 
 
 @once
-def test_saved_model_cli_lists_string_inputs_and_named_outputs(exports):
+def test_saved_model_cli_lists_string_inputs_and_outputs_of_declared_shapes(exports):
     _, paths, _ = exports
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    shown = subprocess.run([cli, "show", "--dir", paths["pairs"], "--all"], capture_output=True, text=True).stdout
+    shown = subprocess.run([cli, "show", "--dir", paths["pairs"], "--tag_set", "serve", "--signature_def",
+                            "serving_default"], capture_output=True, text=True).stdout
     for name in ("inputs['text']", "inputs['text_pair']", "outputs['logits']", "outputs['probabilities']",
                  "outputs['label_id']", "outputs['label']"):
         assert name in shown
     assert "dtype: DT_STRING" in shown
+    # Each output's rank, and the dimensions the model fixes (3 classes).
+    outputs = dict(re.findall(r"outputs\['(\w+)'\] tensor_info:\s+dtype: \w+\s+shape: (\([^)]*\))", shown))
+    assert outputs == {"label": "(-1)", "label_id": "(-1)", "logits": "(-1, 3)", "probabilities": "(-1, 3)"}
+    # The other tasks' signatures, read from their SavedModels as the tool reads them.
+    code = ("import json, sys, tensorflow as tf, tensorflow_text; print(json.dumps({k: str(v.shape) for k, v in "
+            "tf.saved_model.load(sys.argv[1]).signatures['serving_default'].structured_outputs.items()}))")
+    shapes = {name: json.loads(subprocess.run([sys.executable, "-c", code, paths[name]], capture_output=True,
+                                              text=True).stdout.strip().splitlines()[-1])
+              for name in ("tagger", "masked_lm")}
+    assert shapes["tagger"]["words"] == shapes["tagger"]["entity_start"] == "(None, None)"
+    assert shapes["masked_lm"]["tokens"] == "(None, None, 3)"  # [texts, masks, top_k]
+
+
+@once
+def test_the_documented_saved_model_cli_run_command_answers(exports):
+    _, paths, _ = exports
+    # docs/serving.md: saved_model_cli with tensorflow-text's ops registered.
+    command = [sys.executable, "-c", "import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
+               "sys.argv[0] = 'saved_model_cli'; saved_model_cli.main()",
+               "run", "--dir", paths["classifier"], "--tag_set", "serve", "--signature_def", "serving_default",
+               "--input_exprs", "text=['a fine film', 'a dull film']"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Result for output key probabilities" in result.stdout
+
+
+def test_invalid_utf8_is_read_as_replacement_characters_served_and_in_python(exports):
+    models, paths, _ = exports
+    texts = [INVALID_UTF8, b"Bath \xff\xfe Bristol", "café Zürich".encode()]
+    served = serve({"tagger": (paths["tagger"], {"text": texts})})["tagger"]
+    assert served["not_utf8"] == []  # every word and entity decodes
+    decoded = [t.decode("utf-8", "replace") for t in texts]
+    for row, sentence in enumerate(models["tagger"].tags(decoded)):
+        assert served["strings"]["words"][row][: len(sentence)] == [w for w, _, _ in sentence]
+        assert served["strings"]["label"][row][: len(sentence)] == [t or "" for _, t, _ in sentence]
+    for row, entities in enumerate(models["tagger"].entities(decoded)):
+        got = list(zip(served["strings"]["entity"][row], served["entity_start"][row], served["entity_end"][row]))
+        assert got[: len(entities)] == [(e["text"], e["start"], e["end"]) for e in entities]
+        assert all(decoded[row][e["start"]:e["end"]] == e["text"] for e in entities)
 
 
 def test_answers_without_a_preprocessor_say_how_to_get_one():
