@@ -104,14 +104,14 @@ def read_paragraphs():
 
 def compare_casts(args, texts):
     """Served time of the export as written against one whose dense weights
-    are cast per request (`kbert.serving.export.cast_weights` skipped)."""
+    are cast per request (`kbert.serving.saved_model._cast_weights` skipped)."""
     import statistics
 
     from example_data import minilm_folder
 
     import kbert
 
-    writer = sys.modules["kbert.serving.export"]
+    writer = sys.modules["kbert.serving.saved_model"]
     if args.model == "minilm":
         model = kbert.BertClassifier.from_preset(minilm_folder(), num_classes=2, sequence_length=128,
                                                  dtype="mixed_bfloat16")
@@ -123,11 +123,11 @@ def compare_casts(args, texts):
     sizes = [size for size in args.sizes if size <= 32] or [1, 32]
     with tempfile.TemporaryDirectory() as root:
         paths = {"weights cast once, at export": model.export(os.path.join(root, "once"))}
-        cast_weights, writer.cast_weights = writer.cast_weights, lambda model: {}
+        cast_weights, writer._cast_weights = writer._cast_weights, lambda layers: {}
         try:
             paths["weights cast per request"] = model.export(os.path.join(root, "per_request"))
         finally:
-            writer.cast_weights = cast_weights
+            writer._cast_weights = cast_weights
         megabytes = {name: sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
                      / 2**20 for name, path in paths.items()}
         times = {name: {size: [] for size in sizes} for name in paths}

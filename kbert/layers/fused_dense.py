@@ -25,7 +25,7 @@ def weights_cast_once(weights):
     """Within it, `fused_dense(layer, ...)` applies `weights[layer]`, a
     `(kernel, bias)` pair already in the layer's compute dtype, instead of
     casting the layer's variables on every call: for a served model, whose
-    weights no longer change (`kbert.serving.write`), a mixed-precision
+    weights no longer change (`kbert.serving.saved_model.write_saved_model`), a mixed-precision
     BERT-base then skips casting its 85M float32 weights to bfloat16 on
     every request. Only functions traced within it read them."""
     _CAST.update(weights)

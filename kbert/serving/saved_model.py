@@ -2,7 +2,8 @@
 
 The writer knows no task: each task model hands it one serving function, built
 from its own preprocessor and postprocessor (the very ones `fit` and
-`predict` use), and its input signature. The writer runs that function over a
+`predict` use), its input signature and the dense layers whose weights are
+stored cast to their compute dtype. The writer runs that function over a
 request as `predict` runs a list of texts, sorted by length and in slices of
 bounded tokens inside the graph (`kbert.serving.slices`), so that a request
 costs what `predict` costs and the memory it takes stays flat however many
@@ -22,7 +23,7 @@ from kbert.serving.slices import in_length_order, token_counts
 SLICE_ROWS = 32
 
 
-def next_version_path(path):
+def _next_version_path(path):
     """`path` itself when its last part is a version number (TF Serving's
     `<name>/<version>`), else `path/<1 + the highest version in it>`."""
     path = os.path.normpath(os.fspath(path))
@@ -32,10 +33,10 @@ def next_version_path(path):
     return os.path.join(path, str(max(versions, default=0) + 1))
 
 
-def check_new_version(path):
-    """The version folder to write, `next_version_path(path)`; refuses one
+def _check_new_version(path):
+    """The version folder to write, `_next_version_path(path)`; refuses one
     that already holds something, so an export never overwrites another."""
-    path = next_version_path(path)
+    path = _next_version_path(path)
     if os.path.exists(path) and os.listdir(path):
         raise FileExistsError(
             f"{path} exists and is not empty; export to a new version folder (or pass the model's folder "
@@ -44,22 +45,23 @@ def check_new_version(path):
     return path
 
 
-def export(model, path, **kwargs):
-    """`model.export(path, **kwargs)`: see the task model's `export`."""
-    return model.export(path, **kwargs)
-
-
-def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS, lengths=None):
-    """Saves `serve` as the `serving_default` signature of a SavedModel at `path`.
+def write_saved_model(model, filepath, serve, input_signature, fills=None, cast=(), slice_rows=SLICE_ROWS,
+                      lengths=None):
+    """Saves `serve` as the `serving_default` signature of a SavedModel in a
+    new version folder of `filepath` (TF Serving's `<name>/<version>`: the
+    next version is picked where `filepath` names none; an existing
+    version that holds anything is refused). Returns the folder written.
 
     Args:
         model: the kbert task model `serve` calls (TensorFlow backend); its
-            variables (its backbone's dense weights cast, `cast_weights`)
-            and its `preprocessor`'s lookup tables are saved.
-        path: the version folder.
+            variables and its `preprocessor`'s lookup tables are saved.
+        filepath: `<name>` or `<name>/<version>`.
         serve: a function of string tensors `[batch]` returning a dict of
             tensors `[batch, ...]`; it is run on slices of the request.
         input_signature: `serve`'s `tf.TensorSpec`s.
+        cast: dense layers whose weights, where their compute dtype is not
+            their variables' (mixed precision), are stored cast to it
+            (see `_cast_weights`).
         fills: the value that pads each output where slices differ in their
             inner dimensions (default: "" for strings, 0 for numbers).
         slice_rows: a slice of a request holds at most the padded tokens
@@ -69,12 +71,13 @@ def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS
             takes (int `[batch]`), by which it is sorted and sliced
             (default: `token_counts(model.preprocessor)`).
     """
+    path = _check_new_version(filepath)
     module = tf.Module()
     # Only what serving needs is tracked: the preprocessor's lookup tables and
     # the model's variables, not the optimizer (whose state has no place in a
     # served model, and which Keras may have rebuilt).
     module.preprocessor = model.preprocessor
-    cast = cast_weights(model)
+    cast = _cast_weights(cast)
     replaced = {id(w) for layer in cast for w in (layer.kernel, layer.bias)}
     module.model_variables = [getattr(v, "value", v) for v in model.variables if id(v) not in replaced]
     module.cast_weights = [w for pair in cast.values() for w in pair]
@@ -82,33 +85,31 @@ def write(model, path, serve, input_signature, fills=None, slice_rows=SLICE_ROWS
         # The serving code is graph code already (explicit while_loop and
         # cond): autograph would only re-read and re-convert its source.
         lengths = lengths or token_counts(model.preprocessor)
-        module.serving_default = tf.function(in_slices(serve, input_signature, lengths, fills, slice_rows),
+        module.serving_default = tf.function(_in_slices(serve, input_signature, lengths, fills, slice_rows),
                                              input_signature=input_signature, autograph=False)
         tf.saved_model.save(module, path, signatures={"serving_default": module.serving_default})
     return path
 
 
-def cast_weights(model):
-    """`{layer: (kernel, bias)}`: for each of the backbone's encoder blocks'
-    dense layers whose compute dtype is not its variables' (mixed
-    precision), new variables holding its kernel and bias in the compute
-    dtype. A served model stores and reads these instead of casting its
+def _cast_weights(layers):
+    """`{layer: (kernel, bias)}`: for each of the dense `layers` whose
+    compute dtype is not its variables' (mixed precision), new variables
+    holding its kernel and bias in the compute dtype. A served model stores and reads these instead of casting its
     float32 weights on every request, with the same outputs; the model
     itself keeps its float32 weights."""
     cast = {}
-    for block in model.backbone.transformer_layers:
-        for layer in block.dense_layers():
-            dtype = layer.compute_dtype
-            if dtype == layer.variable_dtype or getattr(layer, "quantization_mode", None) or layer.lora_enabled:
-                continue  # nothing to cast, or a kernel that fused_dense does not read as a variable
-            cast[layer] = tuple(
-                tf.Variable(tf.cast(w, dtype), trainable=False, name=w.path.replace("/", "_") + "_" + dtype)
-                for w in (layer.kernel, layer.bias)
-            )
+    for layer in layers:
+        dtype = layer.compute_dtype
+        if dtype == layer.variable_dtype or getattr(layer, "quantization_mode", None) or layer.lora_enabled:
+            continue  # nothing to cast, or a kernel that fused_dense does not read as a variable
+        cast[layer] = tuple(
+            tf.Variable(tf.cast(w, dtype), trainable=False, name=w.path.replace("/", "_") + "_" + dtype)
+            for w in (layer.kernel, layer.bias)
+        )
     return cast
 
 
-def in_slices(serve, input_signature, lengths, fills=None, slice_rows=SLICE_ROWS):
+def _in_slices(serve, input_signature, lengths, fills=None, slice_rows=SLICE_ROWS):
     """`serve` over a request sorted by `lengths`, in slices of at most
     `slice_rows` times its longest row's tokens, each padded to its own
     longest row, the outputs in the request's order (see
