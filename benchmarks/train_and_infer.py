@@ -8,12 +8,16 @@ alike; the table shows medians and ratios (kbert / peer).
     python benchmarks/train_and_infer.py                        # MiniLM-L6, batch 32 x 128
     python benchmarks/train_and_infer.py --model base --passes 3
     KERAS_BACKEND=jax python benchmarks/train_and_infer.py      # kbert and KerasHub on JAX
+    python benchmarks/train_and_infer.py --libraries kbert-whole,kbert,keras_hub-bf16,transformers-bf16
 
 MiniLM-L6 is the real all-MiniLM-L6-v2 checkpoint; "base" is BERT-Base with
 random weights (same cost as the real one, no download). kbert runs with
 `dtype="auto"` (bfloat16 matrix multiplications where the CPU has AMX or
 AVX512-BF16) on the chosen backend and on PyTorch ("kbert-torch"), and, as
-"kbert-float32", in float32. Each peer runs at its default (float32) and at
+"kbert-float32", in float32; "kbert-whole" (and "kbert-torch-whole") runs the
+classifier's last encoder block at every position instead of at [CLS] only
+(`pooled_output_model(first_token_only=False)`), to show what that saves.
+Each peer runs at its default (float32) and at
 kbert's precision, with the switch its users turn on:
 - transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`, eager and
   with `torch.compile`, with the fused AdamW (`fused=True`);
@@ -51,7 +55,7 @@ def batch(batch_size, length, seed=0):
     return token_ids, np.zeros_like(token_ids), np.ones_like(token_ids), rng.integers(0, 2, batch_size)
 
 
-def run_kbert(args, dtype="auto"):
+def run_kbert(args, dtype="auto", first_token_only=True):
     import keras
 
     import kbert
@@ -61,6 +65,11 @@ def run_kbert(args, dtype="auto"):
     else:
         backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
                                       intermediate_dim=3072, dtype=kbert.training.precision.resolve_dtype(dtype))
+    if not first_token_only:
+        # The classifier asks for `pooled_output_model()`; this backbone
+        # answers with the model that runs the whole last block.
+        whole = backbone.pooled_output_model
+        backbone.pooled_output_model = lambda: whole(first_token_only=False)
     model = kbert.BertClassifier(backbone, num_classes=2)
     model.compile()
     token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
@@ -69,11 +78,16 @@ def run_kbert(args, dtype="auto"):
         step = lambda: model.train_on_batch(x, labels)  # noqa: E731
     else:
         step = lambda: model.predict_on_batch(x)  # noqa: E731
-    return f"kbert ({keras.backend.backend()}, {backbone.token_embedding.dtype_policy.name})", step
+    last_block = "" if first_token_only else ", whole last block"
+    return f"kbert ({keras.backend.backend()}, {backbone.token_embedding.dtype_policy.name}{last_block})", step
 
 
 def run_kbert_float32(args):
     return run_kbert(args, dtype="float32")
+
+
+def run_kbert_whole_last_block(args):
+    return run_kbert(args, first_token_only=False)
 
 
 def run_transformers(args, bfloat16=False, compiled=False):
@@ -152,6 +166,7 @@ def run_keras_hub_bfloat16_xla(args):
 
 
 RUNNERS = {"kbert": run_kbert, "kbert-float32": run_kbert_float32, "kbert-torch": run_kbert,
+           "kbert-whole": run_kbert_whole_last_block, "kbert-torch-whole": run_kbert_whole_last_block,
            "transformers": run_transformers, "transformers-bf16": run_transformers_bfloat16,
            "transformers-bf16-compile": run_transformers_bfloat16_compiled,
            "keras_hub": run_keras_hub, "keras_hub-bf16": run_keras_hub_bfloat16,
@@ -212,7 +227,7 @@ def main():
                 command = [sys.executable, __file__, "--library", library, "--work", work, "--model", args.model,
                            "--batch-size", str(args.batch_size), "--length", str(args.length),
                            "--steps", str(args.steps)]
-                env = dict(os.environ, KERAS_BACKEND="torch") if library == "kbert-torch" else os.environ
+                env = dict(os.environ, KERAS_BACKEND="torch") if library.startswith("kbert-torch") else os.environ
                 result = measured(command, f"{library} {work}", env=env, tail=300)
                 if result is None:
                     continue
@@ -234,6 +249,11 @@ def main():
             peer = best(speeds, library_of, kbert=False, bfloat16=bfloat16)
             if ours and peer:
                 print(f"  {label}: {ours} / {peer} = {speeds[ours] / speeds[peer]:.2f}x")
+        for whole_name, library in library_of.items():
+            first = [n for n, lib in library_of.items() if lib == library.removesuffix("-whole")]
+            if library.endswith("-whole") and first:
+                print(f"  [CLS]-only last block, on / off: {first[0]} / {whole_name} = "
+                      f"{speeds[first[0]] / speeds[whole_name]:.2f}x")
 
 
 # Each library at its users' default precision: kbert's dtype="auto", the peers' float32.
@@ -244,6 +264,7 @@ def best(speeds, library_of, kbert, bfloat16):
     """The name of the fastest run of kbert (or of the peers): in bfloat16
     (bfloat16=True) or each at its default precision (bfloat16=None)."""
     names = [name for name, library in library_of.items() if library.startswith("kbert") == kbert
+             and not library.endswith("-whole")  # (the default is the [CLS]-only last block)
              and ("bfloat16" in name if bfloat16 else library in DEFAULTS)]
     return max(names, key=speeds.get, default=None)
 
