@@ -56,9 +56,8 @@ def batch(batch_size, length, seed=0):
 
 
 def run_kbert(args, dtype="auto", first_token_only=True):
+    import kbert  # first, as a user would: it turns TensorFlow's oneDNN kernels on before TensorFlow loads
     import keras
-
-    import kbert
 
     if args.model == "minilm":
         backbone = kbert.BertBackbone.from_preset(minilm_folder(), dtype=dtype)
