@@ -14,9 +14,10 @@ MiniLM-L6 is the real all-MiniLM-L6-v2 checkpoint; "base" is BERT-Base with
 random weights (same cost as the real one, no download). kbert runs with
 `dtype="auto"` (bfloat16 matrix multiplications where the CPU has AMX or
 AVX512-BF16) on the chosen backend and on PyTorch ("kbert-torch"), and, as
-"kbert-float32", in float32; "kbert-whole" (and "kbert-torch-whole") runs the
-classifier's last encoder block at every position instead of at [CLS] only
-(`pooled_output_model(first_token_only=False)`), to show what that saves.
+"kbert-float32", in float32; "kbert-whole" (and "kbert-torch-whole") runs, in
+one process and step for step in turn, the classifier with its last encoder
+block at every position (`pooled_output_model(first_token_only=False)`) and
+at [CLS] only (the default), to show what the default saves.
 Each peer runs at its default (float32) and at
 kbert's precision, with the switch its users turn on:
 - transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`, eager and
@@ -55,20 +56,20 @@ def batch(batch_size, length, seed=0):
     return token_ids, np.zeros_like(token_ids), np.ones_like(token_ids), rng.integers(0, 2, batch_size)
 
 
-def run_kbert(args, dtype="auto", first_token_only=True):
+def kbert_backbone(args, dtype="auto"):
     import kbert  # first, as a user would: it turns TensorFlow's oneDNN kernels on before TensorFlow loads
-    import keras
 
     if args.model == "minilm":
-        backbone = kbert.BertBackbone.from_preset(minilm_folder(), dtype=dtype)
-    else:
-        backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
-                                      intermediate_dim=3072, dtype=kbert.training.precision.resolve_dtype(dtype))
-    if not first_token_only:
-        # The classifier asks for `pooled_output_model()`; this backbone
-        # answers with the model that runs the whole last block.
-        whole = backbone.pooled_output_model
-        backbone.pooled_output_model = lambda: whole(first_token_only=False)
+        return kbert.BertBackbone.from_preset(minilm_folder(), dtype=dtype)
+    return kbert.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+                              intermediate_dim=3072, dtype=kbert.training.precision.resolve_dtype(dtype))
+
+
+def kbert_step(args, backbone, last_block=""):
+    import keras
+
+    import kbert
+
     model = kbert.BertClassifier(backbone, num_classes=2)
     model.compile()
     token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
@@ -77,8 +78,11 @@ def run_kbert(args, dtype="auto", first_token_only=True):
         step = lambda: model.train_on_batch(x, labels)  # noqa: E731
     else:
         step = lambda: model.predict_on_batch(x)  # noqa: E731
-    last_block = "" if first_token_only else ", whole last block"
     return f"kbert ({keras.backend.backend()}, {backbone.token_embedding.dtype_policy.name}{last_block})", step
+
+
+def run_kbert(args, dtype="auto"):
+    return kbert_step(args, kbert_backbone(args, dtype))
 
 
 def run_kbert_float32(args):
@@ -86,7 +90,17 @@ def run_kbert_float32(args):
 
 
 def run_kbert_whole_last_block(args):
-    return run_kbert(args, first_token_only=False)
+    """kbert's classifier with its last block at every position ("-whole"),
+    and at [CLS] only (the default), on one backbone in one process: `measure`
+    times their steps in turn, so the machine's load hits both alike."""
+    backbone = kbert_backbone(args)
+    first = kbert_step(args, backbone)
+    # The classifier asks for `pooled_output_model()`; now this backbone
+    # answers with the model that runs the whole last block.
+    whole = backbone.pooled_output_model
+    backbone.pooled_output_model = lambda: whole(first_token_only=False)
+    library = args.library.removesuffix("-whole")
+    return [(*kbert_step(args, backbone, ", whole last block"), library + "-whole"), (*first, library)]
 
 
 def run_transformers(args, bfloat16=False, compiled=False):
@@ -178,18 +192,26 @@ def resident_gib():
 
 
 def measure(args):
-    """In the subprocess: warm up, time `args.steps` steps, report JSON."""
-    name, step = RUNNERS[args.library](args)
+    """In the subprocess: warm up, time `args.steps` steps, report JSON (the
+    median step). A runner may give several models (name, step, library):
+    their steps then run in turn."""
+    runs = RUNNERS[args.library](args)
+    runs = runs if isinstance(runs, list) else [(*runs, args.library)]
     before_steps = resident_gib()  # libraries and model loaded; optimizer state not yet built
-    for _ in range(2):
-        step()  # compile / trace
-    start = time.perf_counter()
+    for _, step, _ in runs:
+        for _ in range(2):
+            step()  # compile / trace
+    seconds = {name: [] for name, _, _ in runs}
     for _ in range(args.steps):
-        step()
-    seconds = time.perf_counter() - start
+        for name, step, _ in runs:
+            start = time.perf_counter()
+            step()
+            seconds[name].append(time.perf_counter() - start)
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"name": name, "library": args.library, "sequences_per_s": args.steps * args.batch_size / seconds, "peak_gib": peak_gib,
-                      "step_gib": peak_gib - before_steps}))
+    print(json.dumps({"results": [
+        {"name": name, "library": library, "sequences_per_s": args.batch_size / statistics.median(seconds[name]),
+         "peak_gib": peak_gib, "step_gib": peak_gib - before_steps}
+        for name, _, library in runs]}))
 
 
 def main():
@@ -218,7 +240,7 @@ def main():
     if args.libraries:
         libraries = args.libraries.split(",")
     works = ["train", "infer"] if args.work == "both" else [args.work]
-    print(f"{args.model}, batch {args.batch_size} x {args.length}, {args.steps} steps, median of {args.passes} passes")
+    print(f"{args.model}, batch {args.batch_size} x {args.length}, median step of {args.steps}, median of {args.passes} passes")
     for work in works:
         results = {}
         for _ in range(args.passes):
@@ -228,9 +250,8 @@ def main():
                            "--steps", str(args.steps)]
                 env = dict(os.environ, KERAS_BACKEND="torch") if library.startswith("kbert-torch") else os.environ
                 result = measured(command, f"{library} {work}", env=env, tail=300)
-                if result is None:
-                    continue
-                results.setdefault(result["name"], []).append(result)
+                for run in result["results"] if result else []:
+                    results.setdefault(run["name"], []).append(run)
         if not results:
             continue
         speeds = {name: statistics.median(r["sequences_per_s"] for r in runs) for name, runs in results.items()}
