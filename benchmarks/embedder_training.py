@@ -24,12 +24,19 @@ The runs, each in its own process, one after the other:
 Then `encode` of MR sentences by each, float32 (throughput and the largest
 difference between the two).
 
+`import kbert` turns TensorFlow's oneDNN kernels on unless
+`TF_ENABLE_ONEDNN_OPTS` says otherwise (TensorFlow's own default on CPUs
+with AVX-512 VNNI, BF16 or AMX only); `kbert-onednn-off` runs kbert with
+`TF_ENABLE_ONEDNN_OPTS=0`, to show what they bring.
+
 Usage:
     python benchmarks/embedder_training.py                       # 1 epoch, 10,000 MR sentences
     python benchmarks/embedder_training.py --epochs 2 --sentences 2000 --runs kbert,sentence-transformers
     python benchmarks/embedder_training.py --encode-only             # encode only, no training (a few minutes)
+    python benchmarks/embedder_training.py --runs kbert-onednn-off,kbert --pairs 640 --sentences 2000 --passes 3
 
-`--encode-only` also runs kbert with TensorFlow's oneDNN kernels on ("kbert-onednn").
+`--encode-only` also runs kbert with TensorFlow's oneDNN kernels off ("kbert-onednn-off"). `--passes`
+alternates the runs that many times and reports medians; `--pairs` trains on the first pairs only.
 """
 
 import argparse
@@ -49,10 +56,10 @@ from retrieval_squad_shifts import read_squad_shifts, split  # noqa: E402
 LEARNING_RATE, WARMUP, BATCH, LENGTH, TEST_PARAGRAPHS = 2e-5, 0.1, 32, 256, 30
 
 
-def data():
+def data(pairs=None):
     passages, questions = read_squad_shifts()
     train, test = split(passages, questions, TEST_PARAGRAPHS)
-    return passages, train, test
+    return passages, train[:pairs], test
 
 
 def epoch_batches(train, epochs):
@@ -75,7 +82,7 @@ def run_kbert(args, out):
 
     import kbert
 
-    passages, train, test = data()
+    passages, train, test = data(args.pairs)
     embedder = kbert.BertTextEmbedder.from_preset(minilm_folder(), sequence_length=LENGTH)
     sentences = read_mr("train")[0][:args.sentences]
     embedder.encode(sentences[:64])  # warm-up: the first trace
@@ -112,7 +119,7 @@ def run_sentence_transformers(args, out, bf16=False):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    passages, train, test = data()
+    passages, train, test = data(args.pairs)
     model = SentenceTransformer(minilm_folder(), device="cpu")
     model.max_seq_length = LENGTH
     if not bf16:
@@ -156,11 +163,11 @@ def run_sentence_transformers(args, out, bf16=False):
 
 
 RUNS = {
+    # With TensorFlow's oneDNN kernels on: `import kbert` turns them on
+    # unless the environment says otherwise (docs/benchmarks.md, "oneDNN").
     "kbert": run_kbert,
-    # TensorFlow's oneDNN kernels on (its default only on CPUs with AVX-512
-    # VNNI, BF16 or AMX; docs/benchmarks.md, "oneDNN"); "kbert" runs with the
-    # environment as given.
-    "kbert-onednn": run_kbert,
+    # With them off (TensorFlow's default on CPUs without AVX-512 VNNI, BF16 or AMX).
+    "kbert-onednn-off": run_kbert,
     "sentence-transformers": run_sentence_transformers,
     "sentence-transformers-bf16": lambda args, out: run_sentence_transformers(args, out, bf16=True),
 }
@@ -171,28 +178,32 @@ def main():
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--sentences", type=int, default=10_000, help="MR sentences to encode")
     parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument("--passes", type=int, default=1, help="alternate the runs this many times; medians")
+    parser.add_argument("--pairs", type=int, help="train on the first PAIRS pairs only (a shorter epoch)")
     parser.add_argument("--encode-only", action="store_true",
                         help="only encode the MR sentences with kbert and sentence-transformers (float32), no training")
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.encode_only:
-        args.runs = "kbert,kbert-onednn,sentence-transformers"
+        args.runs = "kbert-onednn-off,kbert,sentence-transformers"
     if args.run:
         print("RESULT " + json.dumps(RUNS[args.run](args, args.out)))
         return
-    results = {}
+    passes = {}
     with tempfile.TemporaryDirectory() as out:
-        for run in args.runs.split(","):
+        for run in args.runs.split(",") * args.passes:
             command = [sys.executable, __file__, "--run", run, "--out", out, "--epochs", str(args.epochs),
                        "--sentences", str(args.sentences)] + (["--encode-only"] if args.encode_only else [])
-            env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1") if run == "kbert-onednn" else None
+            command += ["--pairs", str(args.pairs)] if args.pairs else []
+            env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0") if run == "kbert-onednn-off" else None
             finished = subprocess.run(command, capture_output=True, text=True, env=env)
             lines = [line for line in finished.stdout.splitlines() if line.startswith("RESULT ")]
             if not lines:
                 raise RuntimeError(f"{run} failed:\n{finished.stderr[-3000:]}")
-            results[run] = json.loads(lines[-1][len("RESULT "):])
-            print(run, results[run], flush=True)
+            passes.setdefault(run, []).append(json.loads(lines[-1][len("RESULT "):]))
+            print(run, passes[run][-1], flush=True)
+        results = {run: median_result(runs) for run, runs in passes.items()}
         both = [os.path.join(out, f"{name}.npy") for name in ("kbert", "sentence_transformers")]
         difference = (float(np.abs(np.load(both[0]) - np.load(both[1])).max())
                       if all(map(os.path.exists, both)) else None)
@@ -211,11 +222,25 @@ def main():
         peer = results["sentence-transformers"]
         print(f"\n| encode {args.sentences:,} MR sentences, float32 | sentences / s |")
         print("|---|---|")
-        for run in ("kbert", "kbert-onednn", "sentence-transformers"):
+        for run in ("kbert-onednn-off", "kbert", "sentence-transformers"):
             if run in results:
                 print(f"| {run} | {args.sentences / results[run]['encode_seconds']:.0f} |")
+        if "kbert-onednn-off" in results:
+            print(f"\nkbert encode speed, oneDNN on / off: "
+                  f"{results['kbert-onednn-off']['encode_seconds'] / kbert['encode_seconds']:.2f}x")
         print(f"\nkbert / sentence-transformers encode speed: {peer['encode_seconds'] / kbert['encode_seconds']:.2f}x; "
               f"largest difference between their embeddings: {difference:.1e}")
+
+
+
+def median_result(runs):
+    """One run's passes as one result: its timings' medians, the first pass's metrics."""
+    result = dict(runs[0])
+    if "encode_seconds" in result:
+        result["encode_seconds"] = float(np.median([r["encode_seconds"] for r in runs]))
+    if "epoch_seconds" in result:
+        result["epoch_seconds"] = [float(np.median([np.median(r["epoch_seconds"]) for r in runs]))]
+    return result
 
 
 if __name__ == "__main__":

@@ -8,12 +8,17 @@ alike; the table shows medians and ratios (kbert / peer).
     python benchmarks/train_and_infer.py                        # MiniLM-L6, batch 32 x 128
     python benchmarks/train_and_infer.py --model base --passes 3
     KERAS_BACKEND=jax python benchmarks/train_and_infer.py      # kbert and KerasHub on JAX
+    python benchmarks/train_and_infer.py --libraries kbert-whole,kbert,keras_hub-bf16,transformers-bf16
 
 MiniLM-L6 is the real all-MiniLM-L6-v2 checkpoint; "base" is BERT-Base with
 random weights (same cost as the real one, no download). kbert runs with
 `dtype="auto"` (bfloat16 matrix multiplications where the CPU has AMX or
 AVX512-BF16) on the chosen backend and on PyTorch ("kbert-torch"), and, as
-"kbert-float32", in float32. Each peer runs at its default (float32) and at
+"kbert-float32", in float32; "kbert-whole" (and "kbert-torch-whole") runs, in
+one process and step for step in turn, the classifier with its last encoder
+block at every position (`pooled_output_model(first_token_only=False)`) and
+at [CLS] only (the default), to show what the default saves.
+Each peer runs at its default (float32) and at
 kbert's precision, with the switch its users turn on:
 - transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`, eager and
   with `torch.compile`, with the fused AdamW (`fused=True`);
@@ -51,16 +56,20 @@ def batch(batch_size, length, seed=0):
     return token_ids, np.zeros_like(token_ids), np.ones_like(token_ids), rng.integers(0, 2, batch_size)
 
 
-def run_kbert(args, dtype="auto"):
+def kbert_backbone(args, dtype="auto"):
+    import kbert  # first, as a user would: it turns TensorFlow's oneDNN kernels on before TensorFlow loads
+
+    if args.model == "minilm":
+        return kbert.BertBackbone.from_preset(minilm_folder(), dtype=dtype)
+    return kbert.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+                              intermediate_dim=3072, dtype=kbert.training.precision.resolve_dtype(dtype))
+
+
+def kbert_step(args, backbone, last_block=""):
     import keras
 
     import kbert
 
-    if args.model == "minilm":
-        backbone = kbert.BertBackbone.from_preset(minilm_folder(), dtype=dtype)
-    else:
-        backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
-                                      intermediate_dim=3072, dtype=kbert.training.precision.resolve_dtype(dtype))
     model = kbert.BertClassifier(backbone, num_classes=2)
     model.compile()
     token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
@@ -69,11 +78,29 @@ def run_kbert(args, dtype="auto"):
         step = lambda: model.train_on_batch(x, labels)  # noqa: E731
     else:
         step = lambda: model.predict_on_batch(x)  # noqa: E731
-    return f"kbert ({keras.backend.backend()}, {backbone.token_embedding.dtype_policy.name})", step
+    return f"kbert ({keras.backend.backend()}, {backbone.token_embedding.dtype_policy.name}{last_block})", step
+
+
+def run_kbert(args, dtype="auto"):
+    return kbert_step(args, kbert_backbone(args, dtype))
 
 
 def run_kbert_float32(args):
     return run_kbert(args, dtype="float32")
+
+
+def run_kbert_whole_last_block(args):
+    """kbert's classifier with its last block at every position ("-whole"),
+    and at [CLS] only (the default), on one backbone in one process: `measure`
+    times their steps in turn, so the machine's load hits both alike."""
+    backbone = kbert_backbone(args)
+    first = kbert_step(args, backbone)
+    # The classifier asks for `pooled_output_model()`; now this backbone
+    # answers with the model that runs the whole last block.
+    whole = backbone.pooled_output_model
+    backbone.pooled_output_model = lambda: whole(first_token_only=False)
+    library = args.library.removesuffix("-whole")
+    return [(*kbert_step(args, backbone, ", whole last block"), library + "-whole"), (*first, library)]
 
 
 def run_transformers(args, bfloat16=False, compiled=False):
@@ -152,6 +179,7 @@ def run_keras_hub_bfloat16_xla(args):
 
 
 RUNNERS = {"kbert": run_kbert, "kbert-float32": run_kbert_float32, "kbert-torch": run_kbert,
+           "kbert-whole": run_kbert_whole_last_block, "kbert-torch-whole": run_kbert_whole_last_block,
            "transformers": run_transformers, "transformers-bf16": run_transformers_bfloat16,
            "transformers-bf16-compile": run_transformers_bfloat16_compiled,
            "keras_hub": run_keras_hub, "keras_hub-bf16": run_keras_hub_bfloat16,
@@ -164,18 +192,26 @@ def resident_gib():
 
 
 def measure(args):
-    """In the subprocess: warm up, time `args.steps` steps, report JSON."""
-    name, step = RUNNERS[args.library](args)
+    """In the subprocess: warm up, time `args.steps` steps, report JSON (the
+    median step). A runner may give several models (name, step, library):
+    their steps then run in turn."""
+    runs = RUNNERS[args.library](args)
+    runs = runs if isinstance(runs, list) else [(*runs, args.library)]
     before_steps = resident_gib()  # libraries and model loaded; optimizer state not yet built
-    for _ in range(2):
-        step()  # compile / trace
-    start = time.perf_counter()
+    for _, step, _ in runs:
+        for _ in range(2):
+            step()  # compile / trace
+    seconds = {name: [] for name, _, _ in runs}
     for _ in range(args.steps):
-        step()
-    seconds = time.perf_counter() - start
+        for name, step, _ in runs:
+            start = time.perf_counter()
+            step()
+            seconds[name].append(time.perf_counter() - start)
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"name": name, "library": args.library, "sequences_per_s": args.steps * args.batch_size / seconds, "peak_gib": peak_gib,
-                      "step_gib": peak_gib - before_steps}))
+    print(json.dumps({"results": [
+        {"name": name, "library": library, "sequences_per_s": args.batch_size / statistics.median(seconds[name]),
+         "peak_gib": peak_gib, "step_gib": peak_gib - before_steps}
+        for name, _, library in runs]}))
 
 
 def main():
@@ -204,7 +240,7 @@ def main():
     if args.libraries:
         libraries = args.libraries.split(",")
     works = ["train", "infer"] if args.work == "both" else [args.work]
-    print(f"{args.model}, batch {args.batch_size} x {args.length}, {args.steps} steps, median of {args.passes} passes")
+    print(f"{args.model}, batch {args.batch_size} x {args.length}, median step of {args.steps}, median of {args.passes} passes")
     for work in works:
         results = {}
         for _ in range(args.passes):
@@ -212,11 +248,10 @@ def main():
                 command = [sys.executable, __file__, "--library", library, "--work", work, "--model", args.model,
                            "--batch-size", str(args.batch_size), "--length", str(args.length),
                            "--steps", str(args.steps)]
-                env = dict(os.environ, KERAS_BACKEND="torch") if library == "kbert-torch" else os.environ
+                env = dict(os.environ, KERAS_BACKEND="torch") if library.startswith("kbert-torch") else os.environ
                 result = measured(command, f"{library} {work}", env=env, tail=300)
-                if result is None:
-                    continue
-                results.setdefault(result["name"], []).append(result)
+                for run in result["results"] if result else []:
+                    results.setdefault(run["name"], []).append(run)
         if not results:
             continue
         speeds = {name: statistics.median(r["sequences_per_s"] for r in runs) for name, runs in results.items()}
@@ -234,6 +269,11 @@ def main():
             peer = best(speeds, library_of, kbert=False, bfloat16=bfloat16)
             if ours and peer:
                 print(f"  {label}: {ours} / {peer} = {speeds[ours] / speeds[peer]:.2f}x")
+        for whole_name, library in library_of.items():
+            first = [n for n, lib in library_of.items() if lib == library.removesuffix("-whole")]
+            if library.endswith("-whole") and first:
+                print(f"  [CLS]-only last block, on / off: {first[0]} / {whole_name} = "
+                      f"{speeds[first[0]] / speeds[whole_name]:.2f}x")
 
 
 # Each library at its users' default precision: kbert's dtype="auto", the peers' float32.
@@ -244,6 +284,7 @@ def best(speeds, library_of, kbert, bfloat16):
     """The name of the fastest run of kbert (or of the peers): in bfloat16
     (bfloat16=True) or each at its default precision (bfloat16=None)."""
     names = [name for name, library in library_of.items() if library.startswith("kbert") == kbert
+             and not library.endswith("-whole")  # (the default is the [CLS]-only last block)
              and ("bfloat16" in name if bfloat16 else library in DEFAULTS)]
     return max(names, key=speeds.get, default=None)
 

@@ -36,3 +36,38 @@ def rebuilt_from_config(obj):
         type(obj).from_config(obj.get_config()),
         keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(obj)),
     ]
+
+
+def output_and_weight_gradients(fn, variables):
+    """`fn()`'s output and the gradients, with respect to `variables`, of a
+    fixed projection of it (every element weighted differently), on the
+    current backend, as float32 arrays."""
+    ops = keras.ops
+
+    def project(out):
+        weights = ops.reshape(ops.cos(ops.arange(np.prod(out.shape), dtype="float32")), out.shape)
+        return ops.sum(ops.cast(out, "float32") * weights)
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            out = fn()
+            loss = project(out)
+        grads = tape.gradient(loss, variables)
+    elif backend == "jax":
+        import jax
+
+        def loss(values):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                out = fn()
+            return project(out), out
+
+        (_, out), grads = jax.value_and_grad(loss, has_aux=True)([v.value for v in variables])
+    else:
+        import torch
+
+        out = fn()
+        grads = torch.autograd.grad(project(out), [v.value for v in variables])
+    return to_numpy(ops.cast(out, "float32")), [to_numpy(ops.cast(g, "float32")) for g in grads]

@@ -202,20 +202,27 @@ class BertBackbone(keras.Model):
             name=f"{self.name}_with_hidden_states",
         )
 
-    def pooled_output_model(self):
+    def pooled_output_model(self, first_token_only=True):
         """A model sharing these weights that outputs only `pooled_output`.
 
         The pooler reads the last block's output at [CLS] alone, so this
-        model runs the last block for that position only (its keys and values
-        still cover every token): the same values as the backbone's
-        `pooled_output`, with about `1 / num_layers` less work, forward and
-        backward. The sentence classifier is built on it.
+        model runs the last block for that position only: keys and values
+        for every token, queries, attention output, residual, LayerNorm and
+        feed-forward for [CLS]. The same values and weight gradients as the
+        backbone's `pooled_output` (within float rounding), with about
+        `1 / num_layers` less work, forward and backward. The sentence
+        classifier is built on it; the backbone itself still gives the whole
+        `sequence_output` to whoever calls it.
 
         It carries the backbone's name and holds the same layers, so a model
         built on it saves its weights under the same paths as one built on
         the backbone (weight files stay loadable either way).
+
+        Args:
+            first_token_only: `False` runs the whole last block (the same
+                values, more work), e.g. to measure what the default saves.
         """
-        if not self.num_layers:
+        if not self.num_layers or not first_token_only:
             pooled = self.output["pooled_output"]
         else:
             packed = {"sequence_ids": self.input["sequence_ids"]} if self.packing else {}

@@ -4,7 +4,7 @@ import pytest
 
 from kbert import backend
 from kbert.layers import TransformerEncoder
-from tests.helpers import to_numpy
+from tests.helpers import output_and_weight_gradients, to_numpy
 
 
 def built_encoder(**kwargs):
@@ -167,6 +167,24 @@ def test_first_token_only_equals_the_first_row_of_the_whole_output():
     explicit, scores = layer(x, padding_mask=mask, first_token_only=True, return_attention_scores=True)
     np.testing.assert_allclose(to_numpy(explicit), whole[:, :1], atol=1e-5)
     assert tuple(scores.shape) == (2, 4, 1, 7)
+
+
+@pytest.mark.parametrize("masking", ["padding_mask", "sequence_ids"])
+def test_first_token_only_has_the_first_rows_values_and_weight_gradients_in_training(masking):
+    layer = built_encoder()
+    x = np.random.default_rng(5).normal(size=(3, 7, 16)).astype("float32")
+    masks = {"padding_mask": np.array([[1] * 4 + [0] * 3, [1] * 7, [1] * 2 + [0] * 5], "int32"),
+             "sequence_ids": np.array([[1, 1, 1, 2, 2, 0, 0], [1, 2, 2, 2, 2, 3, 3], [1] * 7], "int32")}
+    mask = {masking: masks[masking]}
+    whole, whole_grads = output_and_weight_gradients(
+        lambda: layer(x, training=True, **mask)[:, :1], layer.trainable_variables)
+    first, first_grads = output_and_weight_gradients(
+        lambda: layer(x, training=True, first_token_only=True, **mask), layer.trainable_variables)
+    np.testing.assert_allclose(first, whole, atol=1e-5)
+    assert len(first_grads) == 16
+    for variable, a, b in zip(layer.trainable_variables, first_grads, whole_grads):
+        np.testing.assert_allclose(a, b, atol=1e-5, err_msg=variable.path)
+    assert np.abs(first_grads[0]).max() > 1e-3  # (the query kernel's gradient is not trivially zero)
 
 
 def test_padded_keys_do_not_change_real_outputs():

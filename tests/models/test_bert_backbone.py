@@ -1,9 +1,12 @@
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
 
 import kbert
-from tests.helpers import random_inputs, to_numpy
+from tests.helpers import output_and_weight_gradients, random_inputs, to_numpy
 
 
 def tiny_backbone(**kwargs):
@@ -30,26 +33,61 @@ def test_padding_does_not_change_real_token_outputs():
     np.testing.assert_allclose(short, long[:, :6], atol=1e-5)
 
 
-def test_pooled_output_model_gives_the_pooled_output_and_its_gradients():
+@pytest.mark.parametrize("packing", [False, True])
+def test_pooled_output_model_gives_the_pooled_output_and_its_weight_gradients_in_training(packing):
     # It runs the last block at [CLS] only; values and weight gradients are
-    # those of the whole backbone's pooled output.
-    backbone = tiny_backbone(num_layers=3)
+    # those of the whole backbone's pooled output, with padding (or packed
+    # rows), in training (dropout 0), on every backend.
+    backbone = tiny_backbone(num_layers=3, packing=packing)
     inputs = random_inputs(3, 9, 50)
     inputs["padding_mask"][0, 5:] = 0
+    if packing:
+        inputs["sequence_ids"] = np.array([[1, 1, 2, 2, 2, 0, 0, 0, 0], [1] * 4 + [2] * 5, [1] * 9], "int32")
     pooled = backbone.pooled_output_model()
-    np.testing.assert_allclose(to_numpy(pooled(inputs)), to_numpy(backbone(inputs)["pooled_output"]), atol=1e-5)
-    assert {id(w) for w in pooled.weights} <= {id(w) for w in backbone.weights}
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
+    assert {id(w) for w in pooled.weights} == {id(w) for w in backbone.weights}
+    variables = backbone.trainable_variables
+    whole, whole_grads = output_and_weight_gradients(
+        lambda: backbone(inputs, training=True)["pooled_output"], variables)
+    first, first_grads = output_and_weight_gradients(lambda: pooled(inputs, training=True), variables)
+    np.testing.assert_allclose(first, whole, atol=1e-5)
+    for variable, a, b in zip(variables, first_grads, whole_grads):
+        np.testing.assert_allclose(a, b, atol=1e-5, err_msg=variable.path)
+    # The backbone itself still gives every position's output.
+    assert tuple(backbone(inputs)["sequence_output"].shape) == (3, 9, 16)
 
-        grads = []
-        for model in (lambda x: backbone(x)["pooled_output"], pooled):
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_sum(model(inputs) ** 2)
-            grads.append(tape.gradient(loss, backbone.trainable_weights))
-        for whole, first in zip(*grads):
-            np.testing.assert_allclose(np.asarray(tf.convert_to_tensor(whole)),
-                                       np.asarray(tf.convert_to_tensor(first)), atol=1e-5)
+
+def test_pooled_output_model_runs_the_whole_last_block_when_asked():
+    backbone = tiny_backbone()
+    inputs = random_inputs(2, 6, 50)
+    last = backbone.transformer_layers[-1]
+
+    def last_block_output_shape(model):
+        nodes = {node for depth in model._nodes_by_depth.values() for node in depth}
+        (shape,) = [tuple(node.outputs[0].shape) for node in last._inbound_nodes if node in nodes]
+        return shape
+
+    whole = backbone.pooled_output_model(first_token_only=False)
+    assert last_block_output_shape(whole) == (None, None, 16)
+    assert last_block_output_shape(backbone.pooled_output_model()) == (None, 1, 16)
+    np.testing.assert_allclose(to_numpy(whole(inputs)), to_numpy(backbone.pooled_output_model()(inputs)), atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModels are written on TensorFlow")
+def test_pooled_output_model_in_a_saved_model_gives_the_whole_backbones_pooled_output(tmp_path):
+    backbone = tiny_backbone()
+    inputs = random_inputs(3, 8, 50)
+    backbone.pooled_output_model().export(str(tmp_path / "pooled"), verbose=False)
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    serve = (
+        "import sys, numpy as np, tensorflow as tf\n"
+        "inputs = dict(np.load(sys.argv[2]))\n"
+        "served = tf.saved_model.load(sys.argv[1])\n"
+        "np.save(sys.argv[3], served.serve(inputs).numpy())\n"
+    )
+    subprocess.run([sys.executable, "-c", serve, str(tmp_path / "pooled"), str(tmp_path / "inputs.npz"),
+                    str(tmp_path / "served.npy")], check=True, capture_output=True)
+    np.testing.assert_allclose(np.load(tmp_path / "served.npy"), to_numpy(backbone(inputs)["pooled_output"]),
+                               atol=1e-5)
 
 
 def test_hidden_states_are_embeddings_plus_every_layer():
