@@ -12,6 +12,14 @@ def text_tensor(x, names=("texts_a", "texts_b")):
     tuple of two of them (sentence pairs: one text of each per example).
     `names` name the pair's two lists in errors."""
     if isinstance(x, tuple):
+        if x and all(isinstance(v, (str, bytes)) for v in x):
+            example = ", ".join(repr(v[:20]) for v in x[:2])
+            raise ValueError(
+                f"Got a tuple of {len(x)} strings ({example}): a tuple is read as a pair of lists, "
+                f"({names[0]}, {names[1]}), one text of each per example. For {len(x)} separate texts pass a "
+                f"list: [{example}]; for one pair of texts pass a tuple of two lists: ([{x[0][:20]!r}], "
+                f"[{x[-1][:20]!r}])."
+            )
         names = list(names) + [f"texts_{i}" for i in range(len(names), len(x))]
         texts = tuple(_strings(v, name) for v, name in zip(x, names))
         counts = [int(t.shape[0]) for t in texts]
