@@ -18,7 +18,7 @@ RANKS = {
     "search": 1,
     "text": 2,
     "training": 2,
-    "serving": 2,
+    "serving": 3,
     "metrics": 3,
     "models": 4,
     "plots": 4,

@@ -200,6 +200,9 @@ class Task(DistributedTraining, keras.Model):
             self.compile()
         if task_inputs.is_raw(self, x):
             check_counts(x, y, sample_weight)
+            if validation_split and isinstance(x, tf.data.Dataset):
+                raise ValueError("validation_split holds out examples of data held in memory; for a "
+                                 "tf.data.Dataset, pass validation_data=another_dataset.")
             if validation_split:
                 (x, y, sample_weight), validation_data = task_inputs.split(x, y, sample_weight, validation_split)
             if isinstance(validation_data, tuple):

@@ -33,7 +33,7 @@ class BertClassifierPreprocessor(BertPreprocessor):
         `num_classes` before any training."""
         head = head or {}
         if y.dtype.kind in "USO":
-            names = _class_names_for_labels(head, y.flat[0] if y.size else "")
+            names = _class_names_for_labels(head, str(y.flat[0]) if y.size else "")
             index = {name: i for i, name in enumerate(names)}
             unknown = sorted({str(v) for v in y.flat} - set(index))
             if unknown:

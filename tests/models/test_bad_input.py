@@ -129,3 +129,12 @@ def test_from_preset_uses_a_given_preprocessor_as_is(tiny_preset):
     assert model.preprocessor.tokenizer is plain.tokenizer and model.preprocessor.sequence_length == 8
     with pytest.raises(ValueError, match=r"Got both preprocessor= and sequence_length=16"):
         kbert.BertClassifier.from_preset(tiny_preset, num_classes=2, preprocessor=preprocessor, sequence_length=16)
+
+
+def test_a_tuple_of_strings_says_it_is_read_as_a_pair(minilm_dir):
+    model = tiny_classifier(minilm_dir)
+    for call in (lambda: model.predict(("a fine film", "a dull film"), verbose=0),
+                 lambda: model.fit(("a fine film", "a dull film"), [0, 1], verbose=0),
+                 lambda: model(("a fine film", "a dull film"))):
+        with pytest.raises(ValueError, match=r"tuple of 2 strings.*read as a pair of lists.*pass a list: \["):
+            call()

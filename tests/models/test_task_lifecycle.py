@@ -41,21 +41,40 @@ TASKS = {
 }
 
 
+def pairs_dataset():
+    return tf.data.Dataset.from_tensor_slices({
+        "segment_a": TEXTS, "segment_b": TEXTS[::-1], "next_sentence_label": [0, 1, 0, 1, 0, 1]}).batch(3)
+
+
+# The pre-trainer reads batched next-sentence pairs, the embedder (anchors,
+# positives) with in-batch negatives: saved and loaded as the others.
+MORE_TASKS = {
+    "pretrainer": (lambda b, p: kbert.BertPretrainer(b, preprocessor=p, max_predictions=4),
+                   lambda: (pairs_dataset(), None)),
+    "embedder": (lambda b, p: kbert.BertTextEmbedder(b, preprocessor=p),
+                 lambda: ((TEXTS, TEXTS[::-1]), None)),
+}
+ALL_TASKS = {**TASKS, **MORE_TASKS}
+
+
 def build(name, minilm_dir):
     keras.utils.set_random_seed(0)
     backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=1, num_heads=2, hidden_dim=16,
                                   intermediate_dim=32, max_sequence_length=64, dropout=0.0)
     preprocessor = kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=24)
-    model = TASKS[name][0](backbone, preprocessor)
+    model = ALL_TASKS[name][0](backbone, preprocessor)
     model.compile(learning_rate=1e-3)
     return model
 
 
 def predicted(name, model, x):
-    """The model's outputs on raw input, flat: `predict`'s, or the masked LM's
-    guesses at a [MASK] written in each text (`predict` on text masks anew)."""
-    if name == "masked_lm":
-        return np.array([p for guesses in model.fill_mask([t + " [MASK]" for t in x]) for _, p in guesses[0]])
+    """The model's outputs on raw input, flat: `predict`'s, the masked LMs'
+    guesses at a [MASK] written in each text (`predict` on text masks anew),
+    or the embedder's embeddings of the texts."""
+    if name in ("masked_lm", "pretrainer"):
+        return np.array([p for guesses in model.fill_mask([t + " [MASK]" for t in TEXTS]) for _, p in guesses[0]])
+    if name == "embedder":
+        return model.encode(TEXTS).ravel()
     return flat(model.predict(x, verbose=0))
 
 
@@ -67,10 +86,10 @@ _RESUME = """
 import json, sys
 import keras, numpy as np
 import kbert  # registers kbert's classes
-from tests.models.test_task_lifecycle import TASKS, predicted
+from tests.models.test_task_lifecycle import ALL_TASKS, predicted
 name, path = sys.argv[1:]
 model = keras.models.load_model(path)
-x, y = TASKS[name][1]()
+x, y = ALL_TASKS[name][1]()
 np.save(path + ".loaded.npy", predicted(name, model, x))
 optimizer = model.optimizer
 before = int(optimizer.iterations)
@@ -81,10 +100,10 @@ print(json.dumps({"iterations": before, "after": int(optimizer.iterations), "rec
 """
 
 
-@pytest.mark.parametrize("name", list(TASKS))
+@pytest.mark.parametrize("name", list(ALL_TASKS))
 def test_saved_and_loaded_in_a_fresh_process_predicts_the_same_and_trains_on(name, minilm_dir, tmp_path):
     model = build(name, minilm_dir)
-    x, y = TASKS[name][1]()
+    x, y = ALL_TASKS[name][1]()
     model.fit(x, y, batch_size=3, epochs=1, verbose=0)
     path = str(tmp_path / "m.keras")
     model.save(path)
@@ -247,3 +266,4 @@ def test_from_preset_opens_each_file_of_the_preset_once(layout, minilm_dir, tmp_
     names = {os.path.basename(path) for path in in_preset}
     assert {"vocab.txt", "tokenizer_config.json"} <= names
     assert ("kbert_config.json" if layout == "kbert" else "config.json") in names
+
