@@ -215,6 +215,12 @@ class BertTextEmbedder(Task):
         loads (`kbert.presets.sentence_transformers.write_folder`)."""
         return st.write_folder(self, path, dtype)
 
+    def _trained_variables(self):
+        # The pooler ([CLS] dense + tanh) is no part of an embedding: `fit`
+        # never trains it, and the optimizer holds no state for it.
+        pooler = {id(v) for v in self.backbone.pooled_dense.weights}
+        return [v for v in self.trainable_variables if id(v) not in pooler]
+
     @property
     def include_prompt(self):
         """Whether the pooling takes a prompt's tokens (see the class); fixed

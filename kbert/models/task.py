@@ -147,7 +147,12 @@ class Task(DistributedTraining, keras.Model):
         function of its own (about 210 for MiniLM's AdamW: 12 s of a
         profiled first `fit`, against 0.8 s here)."""
         if (any_backend or self._tensorflow_without_strategy()) and not self.optimizer.built:
-            self.optimizer.build(self.trainable_variables)
+            self.optimizer.build(self._trained_variables())
+
+    def _trained_variables(self):
+        """The variables `fit` trains, in the order the optimizer holds their
+        state (which `save` writes and `load_model` reads back by position)."""
+        return self.trainable_variables
 
     def _tensorflow_without_strategy(self):
         """Whether Keras' TensorFlow trainer runs this model with no

@@ -60,6 +60,8 @@ def count_examples(x):
     dataset or a dict, which hold their own."""
     if isinstance(x, (tf.data.Dataset, dict)) or x is None:
         return None
+    if isinstance(x, tuple) and x and all(isinstance(v, (str, bytes)) for v in x):
+        text_tensor(x)  # refuses a tuple of strings, saying that a tuple is a pair of lists
     return len(x[0]) if isinstance(x, tuple) else len(x)
 
 

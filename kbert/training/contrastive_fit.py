@@ -104,6 +104,10 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
             if mini_batch_size is not None and mini_batch_size < per_replica:
                 model = CachedColumnsModel(model, mini_batch_size, -(-per_replica // mini_batch_size))
             model.compile(optimizer=embedder.optimizer, loss=loss, jit_compile=embedder.jit_compile)
+            if not embedder.optimizer.built:
+                # Over the variables trained here, frozen ones left out: the
+                # optimizer's state is saved and loaded back in this order.
+                embedder.optimizer.build(model.trainable_variables)
         kwargs.pop("shuffle", None)  # done in the batches, per epoch
         return model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False, **kwargs)
     finally:
