@@ -75,7 +75,7 @@ def answers_in_slices(model, inputs, batch_size=32, pairs=False, top_k=5, head=N
     head, pad_to = head or model.head_settings(), task_inputs.padding(model)
     # Traced once per model: eager tensorflow-text ops cost more than a
     # small model's forward pass.
-    key = ("answers", pad_to, pairs, top_k, task_inputs._frozen(head))
+    key = ("answers", pad_to, pairs, top_k, task_inputs.frozen(head))
     preprocess, postprocess = (
         task_inputs.traced(model.preprocessor, key + (i,), lambda i=i: model.preprocessor.answering(
             head, pad_to, pairs=pairs, top_k=top_k)[i])

@@ -85,12 +85,12 @@ def traced_functions(preprocessor):
     return dict(_TRACED.get(preprocessor, {}))
 
 
-def _frozen(value):
+def frozen(value):
     """`value` (the task's settings: dicts, lists, numbers, strings) hashable."""
     if isinstance(value, dict):
-        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+        return tuple(sorted((k, frozen(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
-        return tuple(_frozen(v) for v in value)
+        return tuple(frozen(v) for v in value)
     return value
 
 
@@ -101,13 +101,13 @@ def _structure(spec):
         shape = s.shape
         return type(s).__name__, s.dtype.name, None if shape.rank is None else tuple(shape.as_list()[1:])
 
-    return _frozen(tf.nest.map_structure(part, spec))
+    return frozen(tf.nest.map_structure(part, spec))
 
 
 def batch_function(model, pad_to, dataset_spec=None, structure=None, labeled=False):
     """The model's preprocessing of a batch, traced once for these settings."""
     preprocessor, head = model.preprocessor, model.head_settings()
-    key = ("batches", pad_to, _frozen(head), _structure(dataset_spec) if dataset_spec is not None else structure,
+    key = ("batches", pad_to, frozen(head), _structure(dataset_spec) if dataset_spec is not None else structure,
            labeled)
     return traced(preprocessor, key, lambda: preprocessor.batch_function(head, pad_to, dataset_spec, labeled))
 
