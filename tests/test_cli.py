@@ -258,16 +258,19 @@ def test_presets_lists_trains_default_preset(capsys):
     assert code == 0 and f"\n{default}: " in out
 
 
+def modules_loaded_after(statements, modules):
+    """Runs `statements` after `import sys, kbert_cli` in a fresh interpreter;
+    its last stderr line lists which of `modules` were then loaded."""
+    code = ("import sys, kbert_cli\n" + statements
+            + f"print(sorted(m for m in {tuple(modules)!r} if m in sys.modules), file=sys.stderr)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
 def test_presets_loads_neither_kbert_nor_tensorflow():
     # Through the console script's entry point, in a fresh interpreter: the
     # table is fixed, so it must not wait for TensorFlow (8 s) to print it.
-    code = (
-        "import sys, kbert_cli\n"
-        "assert kbert_cli.main(['presets']) == 0\n"
-        "print(sorted(m for m in ('kbert', 'keras', 'tensorflow', 'numpy', 'huggingface_hub') "
-        "if m in sys.modules), file=sys.stderr)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = modules_loaded_after("assert kbert_cli.main(['presets']) == 0\n",
+                                  ("kbert", "keras", "tensorflow", "numpy", "huggingface_hub"))
     assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr[-2000:]
     assert "bert-base-uncased" in result.stdout and "\nminilm: " in result.stdout
 
@@ -286,14 +289,11 @@ def test_every_option_has_help_text_and_shows_its_default():
 def test_help_and_argument_mistakes_import_neither_kbert_nor_tensorflow():
     # Through the console script's own entry point (kbert_cli.main), in a
     # fresh interpreter: `kbert --help` must not pay for `import kbert`.
-    code = (
-        "import sys, kbert_cli\n"
+    result = modules_loaded_after(
         "for argv in (['--help'], ['train', '--help'], ['predict', '--help'], ['train', '--epochs', 'x']):\n"
         "    try: kbert_cli.main(argv)\n"
-        "    except SystemExit: pass\n"
-        "print(sorted(m for m in ('kbert', 'keras', 'tensorflow', 'numpy') if m in sys.modules), file=sys.stderr)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        "    except SystemExit: pass\n",
+        ("kbert", "keras", "tensorflow", "numpy"))
     assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr[-2000:]
     assert "usage: kbert predict" in result.stdout
     assert "kbert train: error: argument --epochs: 'x' is not an integer" in result.stderr

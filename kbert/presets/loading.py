@@ -11,13 +11,6 @@ _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "in
                  "max_sequence_length", "num_segments")
 
 
-def backbone_config(folder):
-    """The `BertBackbone` config of a preset folder (either layout)."""
-    kbert_layout = files.is_kbert_layout(folder)
-    name = files.KBERT_CONFIG if kbert_layout else files.HF_CONFIG
-    return backbone_config_of(files.load_json(folder, name), kbert_layout, os.path.join(folder, name))
-
-
 def backbone_config_of(config, kbert_layout, source):
     """The `BertBackbone` config in a preset's parsed `kbert_config.json`
     (`kbert_layout`) or `config.json`, read from `source` (named in errors);
@@ -35,15 +28,6 @@ def backbone_config_of(config, kbert_layout, source):
     return backbone
 
 
-def checked_backbone_config(folder, preset, overrides):
-    """The preset's backbone config with `overrides`, which must leave the
-    architecture (fixed by the weights) alone; its vocab.txt, if any, must
-    have one line per token id of the config."""
-    config = backbone_config(folder)
-    check_vocabulary(folder, config["vocabulary_size"])
-    return with_overrides(config, preset, overrides)
-
-
 def with_overrides(config, preset, overrides):
     """`config` with `overrides`, refusing any that would change the
     architecture (fixed by the weights)."""
@@ -56,16 +40,11 @@ def with_overrides(config, preset, overrides):
     return {**config, **overrides}
 
 
-def check_vocabulary(folder, vocabulary_size):
-    """Refuses a vocab.txt whose number of lines is not the config's
-    vocabulary size: a cut download or another model's vocabulary, which
-    would otherwise tokenize silently into the wrong ids."""
-    read_vocabulary(folder, vocabulary_size)
-
-
 def read_vocabulary(folder, vocabulary_size):
     """The tokens of the folder's vocab.txt (None without one), one a line,
-    checked against the config's vocabulary size (see `check_vocabulary`)."""
+    refused unless there is one per token id of the config: a cut download
+    or another model's vocabulary would otherwise tokenize silently into the
+    wrong ids."""
     path = os.path.join(folder, files.VOCABULARY)
     if not os.path.exists(path):
         return None
