@@ -18,9 +18,11 @@ import tensorflow as tf
 from kbert.layers.fused_dense import weights_cast_once
 from kbert.serving.slices import in_length_order, token_counts
 
-# The rows of `predict`'s batches: a slice of a request holds as many padded
-# tokens as SLICE_ROWS rows of its longest text.
+# A request of at most SLICE_ROWS rows (`predict`'s batch) runs as one slice;
+# a longer one is cut into slices of at most SLICE_TOKENS padded tokens (see
+# `kbert.serving.slices`).
 SLICE_ROWS = 32
+SLICE_TOKENS = 2048
 
 
 def _next_version_path(path):
@@ -46,7 +48,7 @@ def _check_new_version(path):
 
 
 def write_saved_model(model, filepath, serve, input_signature, fills=None, cast=(), slice_rows=SLICE_ROWS,
-                      lengths=None):
+                      slice_tokens=SLICE_TOKENS, lengths=None):
     """Saves `serve` as the `serving_default` signature of a SavedModel in a
     new version folder of `filepath` (TF Serving's `<name>/<version>`: the
     next version is picked where `filepath` names none; an existing
@@ -64,9 +66,10 @@ def write_saved_model(model, filepath, serve, input_signature, fills=None, cast=
             (see `_cast_weights`).
         fills: the value that pads each output where slices differ in their
             inner dimensions (default: "" for strings, 0 for numbers).
-        slice_rows: a slice of a request holds at most the padded tokens
-            of `slice_rows` rows of the request's longest text (a request
-            of at most `slice_rows` rows runs as one).
+        slice_rows: a request of at most `slice_rows` rows runs as one
+            slice, without counting its tokens.
+        slice_tokens: a longer request is cut into slices of at most
+            `slice_tokens` padded tokens (one row at least).
         lengths: `lengths(*strings)`, the tokens each row of a request
             takes (int `[batch]`), by which it is sorted and sliced
             (default: `token_counts(model.preprocessor)`).
@@ -85,7 +88,7 @@ def write_saved_model(model, filepath, serve, input_signature, fills=None, cast=
         # The serving code is graph code already (explicit while_loop and
         # cond): autograph would only re-read and re-convert its source.
         lengths = lengths or token_counts(model.preprocessor)
-        module.serving_default = tf.function(_in_slices(serve, input_signature, lengths, fills, slice_rows),
+        module.serving_default = tf.function(_in_slices(serve, input_signature, lengths, fills, slice_rows, slice_tokens),
                                              input_signature=input_signature, autograph=False)
         tf.saved_model.save(module, path, signatures={"serving_default": module.serving_default})
     return path
@@ -109,13 +112,13 @@ def _cast_weights(layers):
     return cast
 
 
-def _in_slices(serve, input_signature, lengths, fills=None, slice_rows=SLICE_ROWS):
+def _in_slices(serve, input_signature, lengths, fills=None, slice_rows=SLICE_ROWS, slice_tokens=SLICE_TOKENS):
     """`serve` over a request sorted by `lengths`, in slices of at most
-    `slice_rows` times its longest row's tokens, each padded to its own
-    longest row, the outputs in the request's order (see
+    `slice_tokens` padded tokens, each padded to its own longest row, the
+    outputs in the request's order (see
     `kbert.serving.slices.in_length_order`). Outputs whose inner dimensions
     differ between slices (words, masks) are padded with `fills`."""
     # Traced once, and called by both of in_length_order's paths.
     serve = tf.function(serve, autograph=False).get_concrete_function(*input_signature)
     outputs = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in serve.structured_outputs.items()}
-    return in_length_order(serve, outputs, slice_rows, lengths, fills)
+    return in_length_order(serve, outputs, slice_rows, slice_tokens, lengths, fills)
