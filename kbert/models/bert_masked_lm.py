@@ -17,7 +17,12 @@ class BertMaskedLM(Task):
     Inputs are the backbone's plus `mask_positions` `[batch, num_predictions]`;
     the output is `mlm_logits` `[batch, num_predictions, vocabulary_size]`.
     With a preprocessor, `fit` takes raw strings and masks them anew each
-    epoch (15% of tokens; of those 80% [MASK], 10% random, 10% kept).
+    epoch (15% of tokens; of those 80% [MASK], 10% random, 10% kept). On a
+    backbone with `packing=True` (`from_preset`'s default here, with a
+    preprocessor), `fit` and `evaluate` pack texts held in memory into rows
+    of the preprocessor's `sequence_length` (Krell et al. 2021), each text
+    read as it is read alone, with no padding between them; `batch_size`
+    then counts rows.
 
     Args:
         backbone: a `kbert.BertBackbone`.
@@ -34,6 +39,7 @@ class BertMaskedLM(Task):
     """
 
     preprocessor_class = BertMaskedLMPreprocessor
+    packs_texts = True
 
     def __init__(self, backbone, preprocessor=None, mask_selection_rate=0.15, max_predictions=None,
                  whole_word=False, **kwargs):
@@ -143,6 +149,9 @@ class BertPretrainer(BertMaskedLM):
 
     preprocessor_class = BertPretrainerPreprocessor
     takes_pairs = True
+    # Its next-sentence pairs fill `max_seq_length` already (but for the
+    # short ones drawn on purpose, BERT's `short_seq_prob`).
+    packs_texts = False
 
     def head_settings(self):
         return {**super().head_settings(), "next_sentence": True}

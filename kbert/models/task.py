@@ -23,6 +23,10 @@ class Task(DistributedTraining, keras.Model):
 
     preprocessor_class = None  # set by each task
     takes_pairs = False  # whether an export may take `text` and `text_pair`
+    # Whether `from_preset` builds a packing backbone unless told otherwise
+    # (`packing=False`, or no preprocessor): the tasks that train on texts
+    # packed into rows.
+    packs_texts = False
 
     def __init__(self, inputs, outputs, backbone=None, preprocessor=None, input_padding="bucket",
                  length_groups=50, **kwargs):
@@ -220,7 +224,7 @@ class Task(DistributedTraining, keras.Model):
             y = sample_weight = batch_size = None
             validation_split, shuffle = 0.0, False  # done in the pipeline
             if isinstance(validation_data, tuple):
-                validation_data = task_inputs.dataset(self, *validation_data)
+                validation_data = task_inputs.dataset(self, *validation_data, labeled=True)
             elif validation_data is not None:
                 validation_data = task_inputs.dataset(self, validation_data, labeled=True)
         if self._compiled_by_default:
@@ -365,7 +369,8 @@ class Task(DistributedTraining, keras.Model):
                 preset's, at most 512).
             **kwargs: the head's arguments (e.g. `num_classes`), backbone
                 settings that leave the architecture alone (`dropout`,
-                `dtype`, `packing`), and `preprocessor` to use instead of the
+                `dtype`, `packing`: by default on for a masked LM with a
+                preprocessor, off otherwise), and `preprocessor` to use instead of the
                 preset's (`None`: a model fed token ids). Any other argument
                 is refused, naming it: one that would change the architecture
                 fixed by the weights (`num_layers=3`), a typo (`dropuot`), a

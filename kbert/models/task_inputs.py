@@ -115,15 +115,18 @@ def batch_function(model, pad_to, dataset_spec=None, structure=None, labeled=Fal
 def dataset(model, x, y=None, sample_weight=None, batch_size=None, shuffle=False, sort=False, labeled=False):
     """A batched, preprocessed `tf.data.Dataset` from raw input; `shuffle`:
     in batches of similar lengths (`length_groups`), for `fit`; `sort`: in
-    order of length, for `evaluate`; `labeled`: a dataset's elements hold
-    labels (fit, evaluate)."""
+    order of length, for `evaluate`; `labeled`: for fit and evaluate (a
+    dataset's elements hold labels; examples in memory are batched as the
+    preprocessor's `training_examples`)."""
     pad_to = padding(model)
     if isinstance(x, tf.data.Dataset):
         if _unbatched(x.element_spec, model.preprocessor):
             raise ValueError("Got an unbatched tf.data.Dataset of text: batch it first, e.g. dataset.batch(32).")
         return map_batches(x, batch_function(model, pad_to, dataset_spec=x.element_spec, labeled=labeled))
-    preprocessor = model.preprocessor
-    examples = preprocessor.examples(x, y, sample_weight, model.head_settings())
+    preprocessor, head = model.preprocessor, model.head_settings()
+    examples = preprocessor.examples(x, y, sample_weight, head)
+    if labeled:
+        examples = preprocessor.training_examples(examples, head)
     batch_size = batch_size or 32
     lengths = preprocessor.lengths(examples) if _groups(model, pad_to) and (shuffle or sort) else None
     if lengths is not None and sort:

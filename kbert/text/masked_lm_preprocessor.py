@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from kbert.text.masking import MaskedLMMaskGenerator, top_k_guesses, written_masks
+from kbert.text.packed_texts import pack_texts
 from kbert.text.preprocessor import BertPreprocessor, serving_text
 
 
@@ -15,7 +16,18 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
     anew (the model's `mask_selection_rate`, `max_predictions` and
     `whole_word`; of the chosen tokens 80% [MASK], 10% random, 10% kept),
     with the masked tokens' ids as labels. Answers are the `top_k` guesses
-    at each `[MASK]` written in a text."""
+    at each `[MASK]` written in a text.
+
+    For a model on a packing backbone, `fit` and `evaluate` on texts held in
+    memory pack them into rows of `sequence_length` tokens (`pack_texts`),
+    each text read as it is read alone; batches then count rows."""
+
+    def training_examples(self, examples, head=None):
+        if not head.get("packing") or head.get("next_sentence"):
+            return examples
+        # Padded one per row, 2,048 Austen paragraphs of up to 128 tokens
+        # fill 69% of their rows; packed, nearly all.
+        return (pack_texts(self, examples[0]),)
 
     def label_ids(self, y, head=None):
         if y is not None:
@@ -38,7 +50,8 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
         masker = self.masker(head)
 
         def batch(x, *rest):
-            return masked(masker, preprocessor(x), head)
+            # Packed rows (`training_examples`) come tokenized.
+            return masked(masker, x if isinstance(x, dict) else preprocessor(x), head)
 
         return batch
 
@@ -104,7 +117,8 @@ def masked(masker, features, head):
     """BERT §3.1: new masks at every call, so each epoch sees new ones.
     Returns `(inputs, labels, weights)` for the masked-LM head."""
     masked = masker(features)
-    inputs = {k: masked[k] for k in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
+    inputs = {k: masked[k] for k in ("token_ids", "segment_ids", "padding_mask", "sequence_ids", "mask_positions")
+              if k in masked}
     return as_packed(inputs, head), {"mlm_logits": masked["mask_ids"]}, {"mlm_logits": masked["mask_weights"]}
 
 
@@ -112,8 +126,8 @@ def as_packed(features, head):
     """Features of one sequence per row, for a model on a packing backbone
     (whose rows come packed from `kbert.text` shards in training): sequence
     id 1 on real tokens, 0 on padding, and for a pre-trainer the one [CLS]
-    at position 0."""
-    if not head.get("packing"):
+    at position 0. Rows packed already keep their sequence ids."""
+    if not head.get("packing") or "sequence_ids" in features:
         return features
     features = {**features, "sequence_ids": tf.cast(features["padding_mask"], tf.int32)}
     if head.get("next_sentence"):

@@ -9,6 +9,7 @@ masked-LM loss of the packed rows is the loss of the texts one per row.
 
 import numpy as np
 
+from kbert.text import pipeline
 from kbert.text.sequence_packing import pack_sequences
 
 FEATURES = ("token_ids", "segment_ids", "padding_mask", "sequence_ids")
@@ -25,7 +26,7 @@ def pack_texts(preprocessor, texts, max_sequences_per_row=None, chunk_size=1024)
 
     Args:
         preprocessor: a `kbert.text.BertPreprocessor`.
-        texts: a list (or 1-D array) of str.
+        texts: a list (or 1-D array) of str, or a string tensor `[n]`.
         max_sequences_per_row: the most texts in one row, or `None` (no limit
             but the length).
         chunk_size: texts tokenized at once (bounds the padded batch held).
@@ -42,9 +43,10 @@ def pack_texts(preprocessor, texts, max_sequences_per_row=None, chunk_size=1024)
     """
     unpadded = preprocessor.with_padding("longest")
     sequence_length = preprocessor.sequence_length
+    texts = pipeline.text_tensor(texts)
     token_ids, segment_ids = [], []
-    for start in range(0, len(texts), chunk_size):
-        features = unpadded([str(text) for text in texts[start:start + chunk_size]])
+    for start in range(0, int(texts.shape[0]), chunk_size):
+        features = unpadded(texts[start:start + chunk_size])
         lengths = np.asarray(features["padding_mask"]).sum(axis=1)
         for ids, segments, n in zip(np.asarray(features["token_ids"]), np.asarray(features["segment_ids"]), lengths):
             token_ids.append(ids[:n])

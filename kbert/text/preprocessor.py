@@ -175,6 +175,11 @@ class BertPreprocessor(keras.layers.Layer):
             y = self.label_ids(np.asarray(y), head)
         return (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
 
+    def training_examples(self, examples, head=None):
+        """The rows that `fit` and `evaluate` batch of `examples` (as
+        `examples` gives them): here the examples themselves."""
+        return examples
+
     def label_ids(self, y, head=None):
         """Labels held in memory as the model's targets (here: as given)."""
         return y

@@ -4,6 +4,7 @@ import torch
 import transformers
 
 import kbert
+from kbert.models import task_inputs
 from tests.helpers import random_inputs, to_numpy
 from tests.presets.test_huggingface_import import save_random_checkpoint
 
@@ -95,6 +96,30 @@ def test_masked_lm_fits_raw_strings_with_fresh_masks_each_epoch(minilm_dir):
     history = model.fit(AUSTEN, batch_size=8, epochs=3, verbose=0)
     losses = history.history["loss"]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def test_masked_lm_from_a_preset_packs_raw_texts_into_rows(minilm_dir):
+    model = kbert.BertMaskedLM.from_preset(minilm_dir, sequence_length=64)
+    assert model.backbone.packing
+    assert not kbert.BertMaskedLM.from_preset(minilm_dir, packing=False).backbone.packing
+    assert not kbert.BertMaskedLM.from_preset(minilm_dir, preprocessor=None).backbone.packing  # fed token ids
+    texts = AUSTEN[:4]
+    [(x, y, w)] = list(task_inputs.dataset(model, texts, batch_size=8, labeled=True))
+    alone = model.preprocessor.with_padding("longest")(texts)
+    lengths = np.asarray(alone["padding_mask"]).sum(axis=1)
+    assert len(x["token_ids"]) == -(-lengths.sum() // 64) < len(texts)  # 4 texts in 2 rows
+    # Each text whole in its row, as it is tokenized alone (masks aside).
+    ids, sequence_ids = np.asarray(x["token_ids"]), np.asarray(x["sequence_ids"])
+    unmasked = ids.copy()
+    positions, labels, weights = (np.asarray(v) for v in (x["mask_positions"], y["mlm_logits"], w["mlm_logits"]))
+    for row in range(len(ids)):
+        real = weights[row] > 0
+        unmasked[row, positions[row][real]] = labels[row][real]
+    packed = sorted(tuple(unmasked[r][sequence_ids[r] == s]) for r in range(len(ids))
+                    for s in range(1, sequence_ids[r].max() + 1))
+    assert packed == sorted(tuple(np.asarray(alone["token_ids"])[i, :n]) for i, n in enumerate(lengths))
+    history = model.fit(AUSTEN, batch_size=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
 
 
 def test_pretrainer_fits_next_sentence_pairs(minilm_dir):
