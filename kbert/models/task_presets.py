@@ -56,7 +56,7 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
     kwargs = dict(kwargs)
     _check_preset_arguments(cls, preset, kwargs)
     backbone_kwargs = {k: kwargs.pop(k) for k in BACKBONE_SETTINGS if k in kwargs}
-    if "packing" not in preset.backbone_config:  # a kbert preset keeps its own (its task's weights follow it)
+    if "packing" not in preset.backbone_config:  # a kbert preset keeps the setting its task was saved with
         has_preprocessor = kwargs["preprocessor"] is not None if "preprocessor" in kwargs else preset.has_tokenizer
         backbone_kwargs.setdefault("packing", cls.packs_texts and has_preprocessor)
     backbone = BertBackbone.from_preset_config(preset.checked_backbone_config(backbone_kwargs))

@@ -88,8 +88,8 @@ def write_saved_model(model, filepath, serve, input_signature, fills=None, cast=
         # The serving code is graph code already (explicit while_loop and
         # cond): autograph would only re-read and re-convert its source.
         lengths = lengths or token_counts(model.preprocessor)
-        module.serving_default = tf.function(_in_slices(serve, input_signature, lengths, fills, slice_rows, slice_tokens),
-                                             input_signature=input_signature, autograph=False)
+        run = _in_slices(serve, input_signature, lengths, fills, slice_rows, slice_tokens)
+        module.serving_default = tf.function(run, input_signature=input_signature, autograph=False)
         tf.saved_model.save(module, path, signatures={"serving_default": module.serving_default})
     return path
 

@@ -23,7 +23,7 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
     each text read as it is read alone; batches then count rows."""
 
     def training_examples(self, examples, head=None):
-        if not head.get("packing") or head.get("next_sentence"):
+        if not head.get("packing"):
             return examples
         # Padded one per row, 2,048 Austen paragraphs of up to 128 tokens
         # fill 69% of their rows; packed, nearly all.
@@ -87,6 +87,9 @@ class BertPretrainerPreprocessor(BertMaskedLMPreprocessor):
     `ragged_batch`, and `next_sentence_label`), packed and masked on the fly."""
 
     batched_rank = None  # segments of strings, or of WordPiece ids
+
+    def training_examples(self, examples, head=None):
+        return examples  # pairs, one a row: they fill the sequence length already
 
     def is_raw(self, x):
         if isinstance(x, tf.data.Dataset) and isinstance(x.element_spec, dict):
