@@ -144,35 +144,17 @@ def raw_kbert(args, packing=True):
 
 
 def raw_transformers(args, bfloat16=True):
-    import contextlib
-
     import torch
-    import transformers
 
-    torch.manual_seed(0)
-    shape = SHAPES[args.model]
-    config = transformers.BertConfig(vocab_size=30522, hidden_size=shape["hidden_dim"],
-                                     num_hidden_layers=shape["num_layers"], num_attention_heads=shape["num_heads"],
-                                     intermediate_size=shape["intermediate_dim"], max_position_embeddings=512)
-    model = transformers.BertForMaskedLM(config).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    tokenizer = transformers.BertTokenizerFast(minilm_vocabulary())
-    collator = transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    tokenizer, collator, step = transformers_masked_lm(args, bfloat16)
     encoded = tokenizer(paragraphs(args.raw), truncation=True, max_length=args.length)
     examples = [{"input_ids": ids} for ids in encoded["input_ids"]]
     loader = torch.utils.data.DataLoader(examples, batch_size=args.batch_size, shuffle=True, collate_fn=collator)
-
-    def epoch(batches):
-        for b in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext():
-                loss = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-
-    epoch(itertools.islice(loader, 2))  # eager: two steps warm it up
+    for b in itertools.islice(loader, 2):  # eager: two steps warm it up
+        step(b)
     start = time.perf_counter()
-    epoch(loader)
+    for b in loader:
+        step(b)
     seconds = time.perf_counter() - start
     precision = "autocast bfloat16" if bfloat16 else "float32"
     return f"transformers (torch, {precision}, DataCollatorForLanguageModeling)", seconds
@@ -227,7 +209,10 @@ def run_kbert(args, packing):
     return name, step, batches, [int(b["padding_mask"].sum()) for b in batches], [b["padding_mask"].size for b in batches]
 
 
-def run_transformers(args, bfloat16=False):
+def transformers_masked_lm(args, bfloat16):
+    """transformers' `BertForMaskedLM` of the benchmark's shape (random
+    weights): `(tokenizer, collator, step)`, MiniLM's tokenizer, the masked-LM
+    collator, and `step(batch)`, one AdamW step on a collated batch."""
     import contextlib
 
     import torch
@@ -242,6 +227,19 @@ def run_transformers(args, bfloat16=False):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     tokenizer = transformers.BertTokenizerFast(minilm_vocabulary())
     collator = transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+
+    def step(b):
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext():
+            loss = model(**b).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return tokenizer, collator, step
+
+
+def run_transformers(args, bfloat16=False):
+    _, collator, step = transformers_masked_lm(args, bfloat16)
     batches = []
     for b in load(args, "unpacked"):
         lengths = b["padding_mask"].sum(axis=1)
@@ -249,15 +247,6 @@ def run_transformers(args, bfloat16=False):
                                  for ids, segments, n in zip(b["token_ids"], b["segment_ids"], lengths)]))
     # (The unpacked batches' token ids hold kbert's masks; the collator masks them
     # again its own way: the cost is the same.)
-
-    def step(b):
-        with torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext():
-            loss = model(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"],
-                         attention_mask=b["attention_mask"], labels=b["labels"]).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-
     name = f"transformers (torch, {'autocast bfloat16' if bfloat16 else 'float32'}, padded to the longest)"
     return (name, step, batches, [int(b["attention_mask"].sum()) for b in batches],
             [int(b["attention_mask"].numel()) for b in batches])

@@ -23,10 +23,7 @@ class Task(DistributedTraining, keras.Model):
 
     preprocessor_class = None  # set by each task
     takes_pairs = False  # whether an export may take `text` and `text_pair`
-    # Whether `from_preset` builds a packing backbone unless told otherwise
-    # (`packing=False`, or no preprocessor): the tasks that train on texts
-    # packed into rows.
-    packs_texts = False
+    packs_texts = False  # whether `from_preset` packs (see there) unless told otherwise
 
     def __init__(self, inputs, outputs, backbone=None, preprocessor=None, input_padding="bucket",
                  length_groups=50, **kwargs):
@@ -369,12 +366,13 @@ class Task(DistributedTraining, keras.Model):
                 preset's, at most 512).
             **kwargs: the head's arguments (e.g. `num_classes`), backbone
                 settings that leave the architecture alone (`dropout`,
-                `dtype`, `packing`: by default on for a masked LM with a
-                preprocessor, off otherwise), and `preprocessor` to use instead of the
-                preset's (`None`: a model fed token ids). Any other argument
-                is refused, naming it: one that would change the architecture
-                fixed by the weights (`num_layers=3`), a typo (`dropuot`), a
-                `compile` or `fit` argument (`learning_rate`).
+                `dtype`, `packing`: by default on for a task that trains on
+                packed texts, `packs_texts`, with a preprocessor), and
+                `preprocessor` instead of the preset's (`None`: a model fed
+                token ids). Any other argument is refused, naming it: one
+                that would change the architecture fixed by the weights
+                (`num_layers=3`), a typo (`dropuot`), a `compile` or `fit`
+                argument (`learning_rate`).
         """
         return task_presets.task_from_preset(cls, preset, sequence_length, kwargs)
 
