@@ -35,6 +35,7 @@ demo: $(VENV)/.installed
 # once in CI, in the first `fit` of tests/models/test_bert_classifier.py;
 # benchmarks/stress_train_step.py has not reproduced it.)
 PYTEST_ARGS ?=
+PYTEST = $(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10 -o faulthandler_timeout=1200 $(PYTEST_ARGS)
 
 test: $(VENV)/.installed
 	@$(MAKE) --no-print-directory -j$(words $(BACKENDS)) --output-sync=target $(addprefix test-,$(BACKENDS))
@@ -43,15 +44,13 @@ $(addprefix test-,$(BACKENDS)): test-%: $(VENV)/.installed
 	@echo "=== KERAS_BACKEND=$* ==="; \
 	ulimit -c unlimited 2>/dev/null || echo "=== (no core files: ulimit -c unlimited was refused) ==="; \
 	pidfile=$$(mktemp); \
-	KERAS_BACKEND=$* PYTHONFAULTHANDLER=1 sh -c 'echo $$$$ > "$$0"; exec "$$@"' "$$pidfile" \
-		$(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10 -o faulthandler_timeout=1200 $(PYTEST_ARGS); \
+	KERAS_BACKEND=$* PYTHONFAULTHANDLER=1 sh -c 'echo $$$$ > "$$0"; exec "$$@"' "$$pidfile" $(PYTEST); \
 	status=$$?; \
 	if [ $$status -gt 128 ]; then \
 		echo "=== KERAS_BACKEND=$*: pytest (process $$(cat $$pidfile)) was killed by signal $$((status - 128)) ==="; \
 		$(PYTHON) tests/native_backtrace.py $$(cat $$pidfile) $(PYTHON); \
 		echo "=== KERAS_BACKEND=$*: once more, after the crash printed above ==="; \
-		KERAS_BACKEND=$* PYTHONFAULTHANDLER=1 $(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10 \
-			-o faulthandler_timeout=1200 $(PYTEST_ARGS); status=$$?; \
+		KERAS_BACKEND=$* PYTHONFAULTHANDLER=1 $(PYTEST); status=$$?; \
 	fi; \
 	rm -f $$pidfile; exit $$status
 

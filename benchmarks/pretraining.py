@@ -186,7 +186,8 @@ def real_tokens(args):
     import transformers
 
     tokenizer = transformers.BertTokenizerFast(minilm_vocabulary())
-    return sum(len(ids) for ids in tokenizer(paragraphs(args.raw), truncation=True, max_length=args.length)["input_ids"])
+    encoded = tokenizer(paragraphs(args.raw), truncation=True, max_length=args.length)
+    return sum(len(ids) for ids in encoded["input_ids"])
 
 
 def run_kbert(args, packing):

@@ -149,7 +149,7 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 32, 1000])
     parser.add_argument("--corpora", nargs="+", choices=["mr", "paragraphs"], default=["mr", "paragraphs"])
     parser.add_argument("--baseline", help="another kbert checkout, whose export is served too")
-    parser.add_argument("--large", type=int, help="also one served request of this many paragraphs (memory)")
+    parser.add_argument("--large", type=int, help="also one served request of this many MR sentences (memory)")
     parser.add_argument("--casts", action="store_true", help="served, cast once against cast per request")
     parser.add_argument("--model", choices=["minilm", "base"], default="minilm", help="with --casts")
     parser.add_argument("--rounds", type=int, default=3, help="with --casts")

@@ -14,6 +14,7 @@ written only under `ulimit -c unlimited` (the Makefile sets it). Always exits
 import glob
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -22,9 +23,9 @@ GDB_COMMANDS = ["set pagination off", "echo \\n=== the crashing thread ===\\n", 
                 "echo \\n=== every thread, top frames ===\\n", "thread apply all bt 10"]
 
 
-def core_file(pid):
-    """The core file of `pid` in this directory, or None and why there is none."""
-    pattern = open("/proc/sys/kernel/core_pattern").read().strip()
+def core_file(pid, pattern):
+    """The core file of `pid` in this directory (`pattern`: the kernel's
+    core_pattern), or None and why there is none."""
     if pattern.startswith("|"):
         return None, f"core_pattern pipes cores to {pattern[1:].split()[0]}"
     # %p is the process id; any other specifier (%e, %t ...) matches anything.
@@ -41,18 +42,18 @@ def main(pid, program=sys.executable):
     if not shutil.which("gdb"):
         print("native backtrace: gdb is not installed (apt-get install gdb); only the Python stacks above.")
         return
-    arguments = ["-iex", "set auto-load off", *(a for command in GDB_COMMANDS for a in ("-ex", command))]
-    pattern = open("/proc/sys/kernel/core_pattern").read()
+    arguments = ["-batch", "-nx", "-iex", "set auto-load off", *(a for c in GDB_COMMANDS for a in ("-ex", c))]
+    with open("/proc/sys/kernel/core_pattern") as f:
+        pattern = f.read().strip()
     if "systemd-coredump" in pattern and shutil.which("coredumpctl"):
-        command = ["coredumpctl", "debug", str(pid), "--debugger-arguments", " ".join(
-            ["-batch", "-nx", "-iex 'set auto-load off'", *(f"-ex '{c}'" for c in GDB_COMMANDS)])]
+        command = ["coredumpctl", "debug", str(pid), "--debugger-arguments", shlex.join(arguments)]
     else:
-        core, reason = core_file(pid)
+        core, reason = core_file(pid, pattern)
         if core is None:
             print(f"native backtrace: {reason}")
             return
         print(f"native backtrace of {core} ({os.path.getsize(core) >> 20} MB):", flush=True)
-        command = ["gdb", "-batch", "-nx", "-q", *arguments, os.path.realpath(program), core]
+        command = ["gdb", "-q", *arguments, os.path.realpath(program), core]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:

@@ -18,13 +18,13 @@ from kbert.models import task_inputs
 from kbert.text.pipeline import slices, text_tensor
 
 # A model trained on JAX or PyTorch is exported by a TensorFlow process that
-# loads it from a preset: argv is the preset, the path and the JSON of the
-# export's arguments; it prints the version folder written.
+# loads it from a preset: argv is the preset, the version folder and the JSON
+# of the export's arguments.
 _EXPORT_IN_TENSORFLOW = """
 import json, sys
 from kbert.models.task_presets import load_task
 preset, path, arguments = sys.argv[1:]
-print(load_task(preset).export(path, **json.loads(arguments)))
+load_task(preset).export(path, **json.loads(arguments))
 """
 
 
@@ -36,11 +36,11 @@ def export(model, filepath, head=None, **arguments):
     if pairs and not model.takes_pairs:
         raise ValueError(f"pairs=True is for a model of sentence pairs; a {type(model).__name__} takes "
                          "single texts: export it without pairs.")
+    path = saved_model.check_new_version(filepath)  # refused before any work
     if keras.backend.backend() != "tensorflow":
-        return _export_through_tensorflow(model, filepath, arguments)
+        return _export_through_tensorflow(model, path, arguments)
     serve, signature, fills = serving_function(model, pairs=pairs, top_k=top_k, head=head)
-    return saved_model.write_saved_model(model, filepath, serve, signature, fills,
-                                         cast=model.serving_weights_to_cast())
+    return saved_model.write_saved_model(model, path, serve, signature, fills, cast=model.serving_weights_to_cast())
 
 
 def serving_function(model, pairs=False, top_k=5, head=None):
@@ -98,14 +98,12 @@ def answers_in_slices(model, inputs, batch_size=32, pairs=False, top_k=5, head=N
     return rows if order is None else [rows[i] for i in np.argsort(order)]
 
 
-def _export_through_tensorflow(model, filepath, arguments):
+def _export_through_tensorflow(model, path, arguments):
     with tempfile.TemporaryDirectory() as preset:
         model.save_to_preset(preset)
-        command = [sys.executable, "-c", _EXPORT_IN_TENSORFLOW, preset, os.fspath(filepath), json.dumps(arguments)]
+        command = [sys.executable, "-c", _EXPORT_IN_TENSORFLOW, preset, path, json.dumps(arguments)]
         result = subprocess.run(command, env={**os.environ, "KERAS_BACKEND": "tensorflow"},
                                 capture_output=True, text=True)
     if result.returncode:
-        if "FileExistsError" in result.stderr:
-            raise FileExistsError(result.stderr.strip().splitlines()[-1].split(": ", 1)[-1])
         raise RuntimeError(f"Exporting through a TensorFlow process failed:\n{result.stderr[-3000:]}")
-    return result.stdout.strip().splitlines()[-1]
+    return path

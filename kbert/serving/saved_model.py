@@ -35,7 +35,7 @@ def _next_version_path(path):
     return os.path.join(path, str(max(versions, default=0) + 1))
 
 
-def _check_new_version(path):
+def check_new_version(path):
     """The version folder to write, `_next_version_path(path)`; refuses one
     that already holds something, so an export never overwrites another."""
     path = _next_version_path(path)
@@ -47,8 +47,7 @@ def _check_new_version(path):
     return path
 
 
-def write_saved_model(model, filepath, serve, input_signature, fills=None, cast=(), slice_rows=SLICE_ROWS,
-                      slice_tokens=SLICE_TOKENS, lengths=None):
+def write_saved_model(model, filepath, serve, input_signature, fills=None, cast=()):
     """Saves `serve` as the `serving_default` signature of a SavedModel in a
     new version folder of `filepath` (TF Serving's `<name>/<version>`: the
     next version is picked where `filepath` names none; an existing
@@ -66,15 +65,8 @@ def write_saved_model(model, filepath, serve, input_signature, fills=None, cast=
             (see `_cast_weights`).
         fills: the value that pads each output where slices differ in their
             inner dimensions (default: "" for strings, 0 for numbers).
-        slice_rows: a request of at most `slice_rows` rows runs as one
-            slice, without counting its tokens.
-        slice_tokens: a longer request is cut into slices of at most
-            `slice_tokens` padded tokens (one row at least).
-        lengths: `lengths(*strings)`, the tokens each row of a request
-            takes (int `[batch]`), by which it is sorted and sliced
-            (default: `token_counts(model.preprocessor)`).
     """
-    path = _check_new_version(filepath)
+    path = check_new_version(filepath)
     module = tf.Module()
     # Only what serving needs is tracked: the preprocessor's lookup tables and
     # the model's variables, not the optimizer (whose state has no place in a
@@ -87,9 +79,8 @@ def write_saved_model(model, filepath, serve, input_signature, fills=None, cast=
     with weights_cast_once(cast):
         # The serving code is graph code already (explicit while_loop and
         # cond): autograph would only re-read and re-convert its source.
-        lengths = lengths or token_counts(model.preprocessor)
-        run = _in_slices(serve, input_signature, lengths, fills, slice_rows, slice_tokens)
-        module.serving_default = tf.function(run, input_signature=input_signature, autograph=False)
+        module.serving_default = tf.function(_in_slices(serve, input_signature, model.preprocessor, fills),
+                                             input_signature=input_signature, autograph=False)
         tf.saved_model.save(module, path, signatures={"serving_default": module.serving_default})
     return path
 
@@ -112,13 +103,13 @@ def _cast_weights(layers):
     return cast
 
 
-def _in_slices(serve, input_signature, lengths, fills=None, slice_rows=SLICE_ROWS, slice_tokens=SLICE_TOKENS):
-    """`serve` over a request sorted by `lengths`, in slices of at most
-    `slice_tokens` padded tokens, each padded to its own longest row, the
-    outputs in the request's order (see
+def _in_slices(serve, input_signature, preprocessor, fills):
+    """`serve` over a request sorted by the tokens each row takes with
+    `preprocessor`, in slices of at most SLICE_TOKENS padded tokens, each
+    padded to its own longest row, the outputs in the request's order (see
     `kbert.serving.slices.in_length_order`). Outputs whose inner dimensions
     differ between slices (words, masks) are padded with `fills`."""
     # Traced once, and called by both of in_length_order's paths.
     serve = tf.function(serve, autograph=False).get_concrete_function(*input_signature)
     outputs = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in serve.structured_outputs.items()}
-    return in_length_order(serve, outputs, slice_rows, slice_tokens, lengths, fills)
+    return in_length_order(serve, outputs, SLICE_ROWS, SLICE_TOKENS, token_counts(preprocessor), fills)

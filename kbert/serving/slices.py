@@ -123,7 +123,7 @@ def _counted_in_chunks(lengths, inputs, rows):
         return i + 1, counts.write(i, tf.cast(chunk, tf.int32))
 
     _, counts = tf.while_loop(lambda i, _: i < chunks, step, (0, counts), parallel_iterations=1)
-    return tf.cast(counts.concat(), tf.int32)
+    return counts.concat()
 
 
 def padded_concat(parts, shapes, fill=None):

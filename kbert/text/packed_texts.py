@@ -13,9 +13,11 @@ from kbert.text import pipeline
 from kbert.text.sequence_packing import pack_sequences
 
 FEATURES = ("token_ids", "segment_ids", "padding_mask", "sequence_ids")
+# Texts tokenized at once: bounds the padded batch held.
+CHUNK = 1024
 
 
-def pack_texts(preprocessor, texts, max_sequences_per_row=None, chunk_size=1024):
+def pack_texts(preprocessor, texts):
     """Texts as packed rows of the preprocessor's `sequence_length` tokens.
 
     Each text is tokenized as `preprocessor` tokenizes it alone (`[CLS] text
@@ -27,9 +29,6 @@ def pack_texts(preprocessor, texts, max_sequences_per_row=None, chunk_size=1024)
     Args:
         preprocessor: a `kbert.text.BertPreprocessor`.
         texts: a list (or 1-D array) of str, or a string tensor `[n]`.
-        max_sequences_per_row: the most texts in one row, or `None` (no limit
-            but the length).
-        chunk_size: texts tokenized at once (bounds the padded batch held).
 
     Returns:
         A dict of int32 arrays `[rows, sequence_length]`, the inputs of a
@@ -45,13 +44,13 @@ def pack_texts(preprocessor, texts, max_sequences_per_row=None, chunk_size=1024)
     sequence_length = preprocessor.sequence_length
     texts = pipeline.text_tensor(texts)
     token_ids, segment_ids = [], []
-    for start in range(0, int(texts.shape[0]), chunk_size):
-        features = unpadded(texts[start:start + chunk_size])
+    for start in range(0, int(texts.shape[0]), CHUNK):
+        features = unpadded(texts[start:start + CHUNK])
         lengths = np.asarray(features["padding_mask"]).sum(axis=1)
         for ids, segments, n in zip(np.asarray(features["token_ids"]), np.asarray(features["segment_ids"]), lengths):
             token_ids.append(ids[:n])
             segment_ids.append(segments[:n])
-    rows = pack_sequences([len(ids) for ids in token_ids], sequence_length, max_sequences_per_row)
+    rows = pack_sequences([len(ids) for ids in token_ids], sequence_length)
     packed = {name: np.zeros((len(rows), sequence_length), "int32") for name in FEATURES}
     packed["token_ids"][:] = preprocessor.tokenizer.pad_id
     for r, row in enumerate(rows):

@@ -26,7 +26,7 @@ import tensorflow as tf
 from kbert.text.masking import MaskedLMMaskGenerator
 # Writing the shards: `write_pretraining_data` and the format's file names,
 # importable from here too.
-from kbert.text.pretraining_shards import MASKS, METADATA, VOCABULARY, write_pretraining_data  # noqa: F401
+from kbert.text.pretraining_shards import METADATA, VOCABULARY, write_pretraining_data  # noqa: F401
 from kbert.text.tokenizer import BertTokenizer
 
 # The int64 features of a shard's rows, as `write_pretraining_data` writes them.

@@ -82,7 +82,7 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
         `[sentences, (words)]` tensor (texts are split where BERT's
         pre-tokenizer splits them)."""
         if all(isinstance(sentence, (str, bytes)) for sentence in x):
-            words = tc.text_words(self, tf.constant(list(x)))[0]
+            words = tc.text_words(self, tc.valid_utf8(tf.constant(list(x))))[0]  # bytes may be any
         else:
             words = tf.ragged.constant(as_word_lists(x), dtype=tf.string, ragged_rank=1)
         parts = (words,)
@@ -138,6 +138,7 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
         names = class_names(head)
 
         def preprocess(text):
+            text = tc.valid_utf8(text)  # a request may carry any bytes
             words, starts, ends = tc.text_words(preprocessor, text)
             features, first_pieces = tc.pack_words(preprocessor, words)
             return features, (text, words, starts, ends, first_pieces)

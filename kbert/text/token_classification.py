@@ -49,11 +49,11 @@ def valid_utf8(texts):
 
 def text_words(preprocessor, texts):
     """Each text's words where BERT's pre-tokenizer splits it, with their
-    byte spans in `valid_utf8(texts)`: `(words, starts, ends)`, ragged
-    `[texts, (words)]`. Text past what a sequence holds is cut first
-    (`cut_after_words`), so a text of 200,000 characters costs what a
-    sequence costs."""
-    return split_words_with_offsets(cut_after_words(valid_utf8(texts), preprocessor.sequence_length))
+    byte spans in `texts` (UTF-8: Python's strings, or `valid_utf8` of a
+    request): `(words, starts, ends)`, ragged `[texts, (words)]`. Text past
+    what a sequence holds is cut first (`cut_after_words`), so a text of
+    200,000 characters costs what a sequence costs."""
+    return split_words_with_offsets(cut_after_words(texts, preprocessor.sequence_length))
 
 
 def token_labels(first_pieces, tags, shape):
@@ -144,8 +144,7 @@ def bio_entities(labels, scores):
 def text_entities(texts, entities, word_starts, word_ends):
     """Entities located in their texts: `text` (as written), `start` and
     `end` character offsets, from `bio_entities` and the words' byte spans
-    (`text_words`': in `valid_utf8(texts)`)."""
-    texts = valid_utf8(texts)
+    in `texts` (`text_words`')."""
     at = lambda spans, word: tf.gather(spans, word, batch_dims=1)  # noqa: E731
     start_byte = at(word_starts, entities["first_word"])
     end_byte = at(word_ends, entities["last_word"])

@@ -19,8 +19,7 @@ import tensorflow as tf
 from kbert.presets import tokenizer_files
 from kbert.presets.files import get_preset_dir
 from kbert.text._tf_text import tf_text
-# (normalize, split_words and pre_tokenize stay importable from here.)
-from kbert.text.pre_tokenization import any_of_pattern, normalize, pre_tokenize, split_words  # noqa: F401
+from kbert.text.pre_tokenization import any_of_pattern, normalize, pre_tokenize
 from kbert.text.ragged import merge_rows, repeat
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"

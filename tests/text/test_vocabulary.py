@@ -9,7 +9,7 @@ import tensorflow as tf
 from transformers import BertTokenizerFast
 
 from kbert.text import BertTokenizer, train_wordpiece_vocabulary
-from kbert.text.tokenizer import pre_tokenize
+from kbert.text.pre_tokenization import pre_tokenize
 
 AUSTEN = Path(__file__).resolve().parents[2] / "examples" / "data" / "austen.txt.gz"
 VOCABULARY_SIZE = 1500
