@@ -153,6 +153,14 @@ def load_json(folder, name, default=None):
         raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). {how_to_replace(path)}") from None
 
 
+def write_json(folder, name, value):
+    """Writes `value` as `folder/name` (the folder made if need be), as
+    Hugging Face's libraries write their JSON files: indented, UTF-8."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, ensure_ascii=False)
+
+
 def how_to_replace(path):
     """How to get a good copy of a preset file that is damaged."""
     cache = os.path.join(os.path.realpath(hf_cache_dir()), "")

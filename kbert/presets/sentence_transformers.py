@@ -12,7 +12,6 @@ length and lowercasing in the tokenizer's own files). `write_folder` writes
 the first, the layout every version reads.
 """
 
-import json
 import os
 
 from safetensors.numpy import save_file
@@ -237,7 +236,7 @@ def write_folder(embedder, path, dtype="float32"):
                          "sentence-transformers needs one: build it with preprocessor=kbert.BertPreprocessor(...).")
     to_transformers.write_folder(path, "BertModel", backbone, preprocessor=preprocessor, dtype=dtype)
     modules = [("", "Transformer")]
-    _write_json(path, SENTENCE_BERT_CONFIG, {"max_seq_length": preprocessor.sequence_length, "do_lower_case": False})
+    files.write_json(path, SENTENCE_BERT_CONFIG, {"max_seq_length": preprocessor.sequence_length, "do_lower_case": False})
     modes = [embedder.pooling] if isinstance(embedder.pooling, str) else list(embedder.pooling)
     width = backbone.hidden_dim * len(modes)
     if modes == [m for m in POOLING_MODES if m in modes]:  # the order the legacy flags concatenate in
@@ -246,7 +245,7 @@ def write_folder(embedder, path, dtype="float32"):
     else:
         pooling = {"embedding_dimension": width, "pooling_mode": modes}
     modules.append(("1_Pooling", "Pooling"))
-    _write_json(os.path.join(path, "1_Pooling"), "config.json", {**pooling, "include_prompt": embedder.include_prompt})
+    files.write_json(os.path.join(path, "1_Pooling"), "config.json", {**pooling, "include_prompt": embedder.include_prompt})
     for i, layer in enumerate(embedder.dense):
         folder = f"{len(modules)}_Dense"
         modules.append((folder, "Dense"))
@@ -255,7 +254,7 @@ def write_folder(embedder, path, dtype="float32"):
         if activation is None:
             raise ValueError(f"Dense layer {i} has activation {layer['activation']!r}; sentence-transformers' Dense "
                              f"takes torch's {', '.join(_ACTIVATIONS)} ({', '.join(_ACTIVATIONS.values())} in Keras).")
-        _write_json(os.path.join(path, folder), "config.json", {
+        files.write_json(os.path.join(path, folder), "config.json", {
             "in_features": width, "out_features": layer["units"], "bias": layer["use_bias"],
             "activation_function": f"{_TORCH_MODULES.get(activation, 'torch.nn.modules.activation')}.{activation}",
         })
@@ -267,15 +266,9 @@ def write_folder(embedder, path, dtype="float32"):
     if embedder.normalize:
         modules.append((f"{len(modules)}_Normalize", "Normalize"))
         os.makedirs(os.path.join(path, modules[-1][0]), exist_ok=True)
-    _write_json(path, MODULES, [{"idx": i, "name": str(i), "path": folder, "type": f"sentence_transformers.models.{kind}"}
+    files.write_json(path, MODULES, [{"idx": i, "name": str(i), "path": folder, "type": f"sentence_transformers.models.{kind}"}
                                 for i, (folder, kind) in enumerate(modules)])
-    _write_json(path, SENTENCE_TRANSFORMERS_CONFIG, {"prompts": embedder.prompts,
+    files.write_json(path, SENTENCE_TRANSFORMERS_CONFIG, {"prompts": embedder.prompts,
                                                       "default_prompt_name": embedder.default_prompt_name,
                                                       "similarity_fn_name": "cosine"})
     return path
-
-
-def _write_json(folder, name, value):
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, ensure_ascii=False)

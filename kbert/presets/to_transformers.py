@@ -9,7 +9,6 @@ Transformer module is such a folder. Either loads back into kbert with
 `from_preset(folder)`, bit for bit.
 """
 
-import json
 import os
 
 from safetensors.numpy import save_file
@@ -82,9 +81,7 @@ def write_folder(path, name, backbone, head=(), head_config=None, preprocessor=N
     # transformers 5 reads `dtype`, earlier versions `torch_dtype`.
     config.update(pad_token_id=tokenizer.pad_id if tokenizer is not None else 0, dtype=str(dtype),
                   torch_dtype=str(dtype))
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, files.HF_CONFIG), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2, ensure_ascii=False)
+    files.write_json(path, files.HF_CONFIG, config)
     save_file(tensors, os.path.join(path, WEIGHTS), metadata={"format": "pt"})
     if tokenizer is not None:
         tokenizer.save_to_preset(path, model_max_length=preprocessor.sequence_length)

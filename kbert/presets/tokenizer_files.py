@@ -15,7 +15,6 @@ Written: `vocab.txt`, `tokenizer_config.json`, `tokenizer.json` and
 and 5, `tokenizers` and kbert read the same ids.
 """
 
-import json
 import os
 
 from kbert.presets import files
@@ -134,9 +133,9 @@ def write_tokenizer(folder, vocabulary, lowercase=True, strip_accents=None, toke
                   split_special_tokens=split_special_tokens, **special, tokenizer_class="BertTokenizer")
     if model_max_length is not None:
         config["model_max_length"] = int(model_max_length)
-    _write_json(folder, files.TOKENIZER_CONFIG, config)
-    _write_json(folder, SPECIAL_TOKENS_MAP, special)
-    _write_json(folder, TOKENIZER_JSON, {
+    files.write_json(folder, files.TOKENIZER_CONFIG, config)
+    files.write_json(folder, SPECIAL_TOKENS_MAP, special)
+    files.write_json(folder, TOKENIZER_JSON, {
         "version": "1.0",
         "truncation": None,
         "padding": None,
@@ -170,8 +169,3 @@ def _post_processor(special, ids):
         "pair": [token(cls, 0), sequence("A", 0), token(sep, 0), sequence("B", 1), token(sep, 1)],
         "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in (cls, sep)},
     }
-
-
-def _write_json(folder, name, value):
-    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, ensure_ascii=False)
