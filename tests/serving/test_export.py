@@ -255,7 +255,7 @@ def test_a_request_of_10000_texts_takes_the_memory_of_a_few_slices(exports):
     served = json.loads(result.stdout.strip().splitlines()[-1])
     assert served["rows"] == 10000
     # Its peak over a request of 100 texts. The same request run as one slice
-    # (slice_tokens=10**9) grew by about 250 MB: its attention alone holds
+    # (no token budget) grew by about 250 MB: its attention alone holds
     # 10,000 x 2 heads x 32 x 32 floats per layer.
     assert served["growth_mb"] < 40
 
