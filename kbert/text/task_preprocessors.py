@@ -7,6 +7,8 @@ A preprocessor takes the task's settings as `head` (the task model's
 `head_settings()`: class names, a question answerer's stride, ...), so the
 same preprocessor serves any model it is given to."""
 
+import re
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -164,7 +166,8 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
     in, each context cut into windows `stride` tokens apart (BERT's
     `doc_stride`), packed after its question; answers as `{"text",
     "answer_start"}` dicts or `(text, start)` pairs, character offsets into
-    the context. Answers are spans of the context."""
+    the context. Answers are spans of the context; an empty text (SQuAD 2.0's
+    unanswerable questions) trains [CLS] as the span."""
 
     rows_per_example = None  # a window per stride of the context
 
@@ -224,7 +227,7 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
         def postprocess(outputs, context):
             contexts, windowed = context
             return qa.answers(windowed, contexts, outputs["start_logits"], outputs["end_logits"],
-                              head["max_answer_length"], head["num_candidates"])
+                              head["max_answer_length"], head["num_candidates"], head.get("null_score_margin"))
 
         return preprocess, postprocess, [serving_text("question"), serving_text("context")], None
 
@@ -331,20 +334,56 @@ def _label_lookup(head):
 
 
 def _answer_chars(answers, contexts):
-    """Each answer's (start, end) characters, checked against its context."""
+    """Each answer's (start, end) characters, checked against its context:
+    the text must be at `answer_start` (whitespace compared as SQuAD's
+    evaluation does, runs of it as one space). An unanswerable question
+    (SQuAD 2.0: text "", or empty lists) is the empty span (0, 0), which
+    trains the [CLS] token as its start and end (BERT's SQuAD 2.0 recipe)."""
     if len(answers) != len(contexts):
         raise ValueError(f"Got {len(answers)} answers for {len(contexts)} contexts; pass one per example.")
     spans = []
     for i, (answer, context) in enumerate(zip(answers, contexts)):
-        text, start = (answer["text"], answer["answer_start"]) if isinstance(answer, dict) else answer
-        start, end = int(start), int(start) + len(text)
-        if not 0 <= start < end <= len(context):
+        text, start = _answer_text_and_start(i, answer)
+        if text == "":
+            spans.append((0, 0))
+            continue
+        start = int(start)
+        if not 0 <= start < start + len(text) <= len(context):
             raise ValueError(
                 f"Answer {i} ({answer!r}) lies outside its context of {len(context)} characters; "
                 "answer_start must be the answer's character offset in the context."
             )
+        # Whitespace as SQuAD's evaluation compares it: any run of it equal.
+        at = re.compile(r"\s*(" + r"\s+".join(map(re.escape, text.split())) + ")").match(context, start)
+        if at is None:
+            found = context.find(text)
+            hint = f" The text is at {found}." if found >= 0 else " The text is nowhere in the context."
+            raise ValueError(
+                f"Answer {i} ({answer!r}): its text is not at answer_start={start} of its context, which "
+                f"reads {context[start:start + len(text)]!r} there.{hint} answer_start must be the character "
+                "offset of the answer's text in the context."
+            )
+        start, end = at.span(1)
         spans.append((start, end))
     return np.asarray(spans, "int32").reshape(-1, 2)
+
+
+def _answer_text_and_start(i, answer):
+    """An answer's text and start from a `{"text", "answer_start"}` dict (the
+    Hugging Face datasets' lists of them too: the first is trained, none is
+    unanswerable) or a `(text, start)` pair."""
+    text, start = (answer["text"], answer["answer_start"]) if isinstance(answer, dict) else answer
+    if isinstance(text, (list, tuple)):
+        starts = list(start) if isinstance(start, (list, tuple, np.ndarray)) else [start]
+        if len(text) != len(starts):
+            raise ValueError(f"Answer {i} ({answer!r}) has {len(text)} texts and {len(starts)} answer_start; "
+                             "give one answer_start per text.")
+        if not text:
+            return "", 0
+        text, start = text[0], starts[0]
+    if not isinstance(text, str):
+        raise ValueError(f"Answer {i} ({answer!r}): the text must be a str; got {type(text).__name__}.")
+    return text, start
 
 
 def as_word_lists(x):

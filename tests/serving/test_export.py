@@ -304,6 +304,25 @@ def test_served_question_answerer_reads_windows_like_predict(exports):
 
 
 @once
+def test_served_question_answerer_with_a_null_score_margin_answers_nothing_like_answer(exports, tmp_path):
+    models, _, _ = exports
+    spans = models["qa"].answer(QUESTIONS, CONTEXTS)
+    # A margin that leaves some questions unanswered and answers the others.
+    differences = sorted(s["null_score"] - s["score"] for s in spans)
+    margin = float(differences[0] + differences[1]) / 2
+    strict = kbert.BertQuestionAnswerer(models["qa"].backbone, models["qa"].preprocessor, stride=8,
+                                        max_question_length=12, max_answer_length=6, null_score_margin=margin)
+    strict.get_layer("span_logits").set_weights(models["qa"].get_layer("span_logits").get_weights())
+    predicted = strict.answer(QUESTIONS, CONTEXTS)
+    assert "" in [p["answer"] for p in predicted] and {p["answer"] for p in predicted} != {""}
+    served = serve({"qa": (strict.export(str(tmp_path / "qa")), {"question": QUESTIONS, "context": CONTEXTS})})["qa"]
+    assert served["strings"]["answer"] == [p["answer"] for p in predicted]
+    assert list(zip(served["start"], served["end"])) == [(p["start"], p["end"]) for p in predicted]
+    np.testing.assert_allclose(served["score"], [p["score"] for p in predicted], atol=1e-4)
+    np.testing.assert_allclose(served["null_score"], [p["null_score"] for p in predicted], atol=1e-4)
+
+
+@once
 def test_served_masked_lm_fills_every_mask_like_fill_mask(exports):
     models, paths, _ = exports
     answers = serve({
