@@ -76,7 +76,7 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
         return model
     tensors = preset.tensors()
     model = cls(backbone=backbone, preprocessor=preprocessor,
-                **{**cls.hf_head_config(preset.config, tensors), **kwargs})
+                **{**cls.hf_head_config(preset, tensors), **kwargs})
     loading.load_hf_backbone_weights(backbone, preset.weights_path, tensors)
     load_hf_head(model, tensors, preset.weights_path)
     return model

@@ -88,14 +88,27 @@ def write_folder(path, name, backbone, head=(), head_config=None, preprocessor=N
     return path
 
 
+# BertClassifier's score_activation -> a sentence-transformers CrossEncoder's
+# activation (config.json's `sentence_transformers` block, read by every
+# version since 4.0; without one, CrossEncoder puts a sigmoid on one label).
+TORCH_ACTIVATIONS = {"sigmoid": "torch.nn.modules.activation.Sigmoid", "tanh": "torch.nn.modules.activation.Tanh",
+                     None: "torch.nn.modules.linear.Identity"}
+
+
 def _head_config(model, name):
     if name in ("BertForSequenceClassification", "BertForTokenClassification"):
         # Unnamed classes as transformers names them (LABEL_0, ...), which
         # kbert reads back as no class_names.
         names = model.class_names or [f"LABEL_{i}" for i in range(model.num_classes)]
-        return {"id2label": {str(i): label for i, label in enumerate(names)},
-                "label2id": {label: i for i, label in enumerate(names)},
-                "classifier_dropout": model.dropout}
+        config = {"id2label": {str(i): label for i, label in enumerate(names)},
+                  "label2id": {label: i for i, label in enumerate(names)},
+                  "classifier_dropout": model.dropout}
+        if name == "BertForSequenceClassification":
+            config["problem_type"] = model.problem_type
+            if model.num_classes == 1:  # so that CrossEncoder scores as kbert does
+                activation = TORCH_ACTIVATIONS[model.score_activation]
+                config["sentence_transformers"] = {"activation_fn": activation}
+        return config
     if name in ("BertForMaskedLM", "BertForPreTraining"):
         # The output projection is the token embedding (kbert's MaskedLMHead).
         return {"tie_word_embeddings": True}

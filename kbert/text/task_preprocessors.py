@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.text import pipeline
+from kbert.text import classifier_labels, pipeline
 from kbert.text import question_answering as qa
 from kbert.text import token_classification as tc
 from kbert.text.preprocessor import BertPreprocessor, serving_text
@@ -22,8 +22,10 @@ from kbert.text.preprocessor import BertPreprocessor, serving_text
 @keras.saving.register_keras_serializable(package="kbert")
 class BertClassifierPreprocessor(BertPreprocessor):
     """`BertPreprocessor` for `BertClassifier`: texts or pairs of texts in;
-    labels as class ids, or as names of the model's `class_names` (in lists
-    and in `tf.data`); answers are logits, probabilities and the label.
+    labels as the model's `problem_type` takes them (`kbert.text.
+    classifier_labels`): class ids or names of its `class_names`, multi-hot
+    rows or lists of names, or scores; answers are logits, probabilities and
+    the label(s), or the score.
 
     Example:
     >>> preprocessor = kbert.BertClassifierPreprocessor.from_preset("base", sequence_length=128)
@@ -31,33 +33,22 @@ class BertClassifierPreprocessor(BertPreprocessor):
     """
 
     def label_ids(self, y, head=None):
-        """Class ids, names looked up in `class_names`, checked against
-        `num_classes` before any training."""
-        head = head or {}
-        if y.dtype.kind in "USO":
-            names = _class_names_for_labels(head, str(y.flat[0]) if y.size else "")
-            index = {name: i for i, name in enumerate(names)}
-            unknown = sorted({str(v) for v in y.flat} - set(index))
-            if unknown:
-                raise ValueError(f"Labels {unknown[:5]} are not among class_names {names}.")
-            y = np.vectorize(index.__getitem__, otypes=["int32"])(y.astype(str))
-        return pipeline.class_ids(y, head["num_classes"])
+        """Labels as the model's problem type takes them (class ids, with
+        names looked up in `class_names`; multi-hot rows; scores), checked
+        before any training."""
+        return classifier_labels.label_ids(y, head or {})
 
     def dataset_labels(self, head=None):
-        return _label_lookup(head or {})
+        return classifier_labels.dataset_labels(head or {})
 
     def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
-        names = tf.constant(class_names(head))
 
         def preprocess(*texts):
             return preprocessor(texts if len(texts) > 1 else texts[0]), None
 
         def postprocess(logits, _):
-            logits = tf.cast(logits, tf.float32)
-            label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), "label_id": label_id,
-                    "label": tf.gather(names, label_id)}
+            return classifier_labels.answers(logits, head)
 
         return preprocess, postprocess, [serving_text(), serving_text("text_pair")][:2 if pairs else 1], None
 
@@ -137,7 +128,7 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
 
     def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
-        names = class_names(head)
+        names = classifier_labels.class_names(head)
 
         def preprocess(text):
             text = tc.valid_utf8(text)  # a request may carry any bytes
@@ -280,57 +271,6 @@ class BertTextEmbedderPreprocessor(BertPreprocessor):
 
         return (preprocess, lambda embedding, _: {"embedding": tf.cast(embedding, tf.float32)},
                 [serving_text()], None)
-
-
-def class_names(head):
-    """The names of a classifier's classes: its `class_names`, or the ids as strings."""
-    head = head or {}
-    return head.get("class_names") or [str(i) for i in range(head["num_classes"])]
-
-
-def _class_names_for_labels(head, example):
-    names = head.get("class_names")
-    if not names:
-        raise ValueError(
-            f"The labels are strings (e.g. {example!r}); give the model class_names=[...] "
-            "to map them, or pass label ids 0, 1, ..."
-        )
-    return names
-
-
-def _label_lookup(head):
-    """Labels of a `tf.data` pipeline as class ids, checked as labels held in
-    memory are (`pipeline.class_ids`), in the graph: strings are looked up
-    in `class_names`, numbers must be whole and in [0, num_classes). A bad
-    label stops the pipeline with an error naming it."""
-    num_classes = head["num_classes"]
-
-    def labels(y):
-        if y.dtype == tf.string:
-            known = tf.constant(_class_names_for_labels(head, "a string"))
-            matches = tf.equal(y[..., None], known)
-            found = tf.reduce_any(matches, axis=-1)
-            check = tf.debugging.Assert(
-                tf.reduce_all(found),
-                ["Labels not among class_names", known, "got", tf.boolean_mask(y, tf.logical_not(found))],
-                summarize=10,
-            )
-            with tf.control_dependencies([check]):
-                return tf.argmax(tf.cast(matches, tf.int32), axis=-1, output_type=tf.int32)
-        if y.shape.rank == 2 and y.shape[-1] == num_classes and num_classes > 1:
-            raise ValueError(
-                f"The dataset's labels have shape {y.shape}: one-hot rows of {num_classes} classes, but this "
-                "classifier takes one class id per text. Map them to ids first: dataset.map(lambda x, y: (x, "
-                "tf.argmax(y, axis=-1)))."
-            )
-        values = tf.cast(y, tf.float64)
-        good = tf.reduce_all((values == tf.round(values)) & (values >= 0) & (values < num_classes))
-        check = tf.debugging.Assert(
-            good, [f"Labels must be class ids, whole numbers in [0, {num_classes}); got", y], summarize=10)
-        with tf.control_dependencies([check]):
-            return tf.cast(y, tf.int32)
-
-    return labels
 
 
 def _answer_chars(answers, contexts):
