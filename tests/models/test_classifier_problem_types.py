@@ -86,7 +86,7 @@ def test_regression_on_pairs_fits_float_scores_and_scores_them_as_predict(minilm
     np.testing.assert_allclose(scores, model.predict(PAIRS, verbose=0)[:, 0], atol=1e-5)
     assert [row["score"] for row in model.classify(PAIRS)] == pytest.approx(scores.tolist(), abs=1e-6)
     dataset = tf.data.Dataset.from_tensor_slices((PAIRS, SCORES)).batch(2)  # tf.data too
-    assert np.isfinite(model.evaluate(dataset, verbose=0))
+    assert np.isfinite(model.evaluate(dataset, verbose=0)).all()
 
 
 def test_multi_label_fits_lists_of_names_and_classifies_every_label_over_the_threshold(minilm_dir):
