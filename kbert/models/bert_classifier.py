@@ -49,6 +49,12 @@ class BertClassifier(Task):
         num_classes = int(num_classes)
         if class_names is not None and len(class_names) != num_classes:
             raise ValueError(f"Got {len(class_names)} class_names for num_classes={num_classes}.")
+        repeated = [] if class_names is None else [n for i, n in enumerate(class_names) if n in class_names[:i]]
+        if repeated:
+            # A label is looked up by its name: a repeated one would map to
+            # one class only, and the other would never be trained.
+            raise ValueError(f"class_names={list(class_names)!r} names {repeated[0]!r} more than once; "
+                             "give each class its own name.")
         inputs = backbone.input
         if self.classified_output == "pooled_output":
             features = backbone.pooled_output_model()(inputs)

@@ -23,6 +23,8 @@ class Preset:
         task: the task a kbert preset was saved from (`{"class", "config"}`,
             {} for a backbone or a Hugging Face folder).
         sequence_length: the preprocessor's length a kbert preset was saved with.
+        preprocessor_settings: the other arguments of the preprocessor it was
+            saved with (`truncation`, `pad_to`, ...; {} for others).
     """
 
     def __init__(self, preset):
@@ -39,6 +41,7 @@ class Preset:
                                  if self.has_tokenizer else {})
         self.task = (self.config.get("task") or {}) if self.kbert_layout else {}
         self.sequence_length = self.config.get("sequence_length") if self.kbert_layout else None
+        self.preprocessor_settings = (self.config.get("preprocessor") or {}) if self.kbert_layout else {}
         self._tensors = None
 
     def checked_backbone_config(self, overrides):
