@@ -86,6 +86,12 @@ class BertClassifier(Task):
         if score_activation is not None and problem_type != REGRESSION:
             raise ValueError(f"score_activation={score_activation!r} is for regression (scores); this classifier's "
                              f"problem_type is {problem_type!r}.")
+        repeated = [] if class_names is None else [n for i, n in enumerate(class_names) if n in class_names[:i]]
+        if repeated:
+            # A label is looked up by its name: a repeated one would map to
+            # one class only, and the other would never be trained.
+            raise ValueError(f"class_names={list(class_names)!r} names {repeated[0]!r} more than once; "
+                             "give each class its own name.")
         inputs = backbone.input
         if self.classified_output == "pooled_output":
             features = backbone.pooled_output_model()(inputs)

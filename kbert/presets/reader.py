@@ -25,6 +25,8 @@ class Preset:
         sequence_length: the preprocessor's length a kbert preset was saved with.
         cross_encoder: a sentence-transformers CrossEncoder folder's settings
             (`{"score_activation"}`; {} for any other folder).
+        preprocessor_settings: the other arguments of the preprocessor it was
+            saved with (`truncation`, `pad_to`, ...; {} for others).
     """
 
     def __init__(self, preset):
@@ -43,6 +45,7 @@ class Preset:
         self.sequence_length = self.config.get("sequence_length") if self.kbert_layout else None
         self.cross_encoder = ({} if self.kbert_layout else
                               sentence_transformers.cross_encoder_settings(self.folder, self.config))
+        self.preprocessor_settings = (self.config.get("preprocessor") or {}) if self.kbert_layout else {}
         self._tensors = None
 
     def checked_backbone_config(self, overrides):

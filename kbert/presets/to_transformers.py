@@ -72,7 +72,7 @@ def write_folder(path, name, backbone, head=(), head_config=None, preprocessor=N
     config with `head_config`, and `preprocessor`'s tokenizer."""
     if str(dtype) not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: export weights as one of {', '.join(DTYPES)}.")
-    _check_empty(path)
+    files.check_new_folder(path, "export_to_transformers")
     rows = [row for row in huggingface.backbone_table(backbone) if pooler or not row[1].startswith("pooler.")]
     tensors = huggingface.tensors_of(rows, "" if name == "BertModel" else "bert.", dtype)
     tensors.update(huggingface.tensors_of(head, "", dtype))
@@ -114,10 +114,3 @@ def _head_config(model, name):
         return {"tie_word_embeddings": True}
     return {}
 
-
-def _check_empty(path):
-    if os.path.isdir(path) and os.listdir(path):
-        raise FileExistsError(
-            f"{path} is not empty: export_to_transformers writes a new folder, so that no file of another model "
-            "(a kbert_config.json, another tokenizer) is read with this one. Give a new path or empty it first."
-        )
