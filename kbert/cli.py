@@ -21,7 +21,9 @@ import sys
 import tempfile
 
 # Both import only the standard library (kbert_cli.py loads them on their own).
-from kbert.cli_data import UsageError, encode_labels, model_label_ids, read_table
+from kbert.cli_data import (
+    PROBLEM_TYPES, UsageError, encode_labels, label_lists, model_label_ids, problem_type, read_table, scores,
+)
 from kbert.presets.registry import format_presets, parameter_count
 
 # Before TensorFlow is imported (it reads this once): no INFO/WARNING lines
@@ -73,22 +75,30 @@ def _train(args):
     _check_output(args.output, args.overwrite)  # before hours of training, not after
     kbert = _import_kbert()
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
-    label_ids, class_names = encode_labels(table.labels, args.num_classes, table.places)
-    num_classes = args.num_classes or (len(class_names) if class_names else max(label_ids) + 1)
-    if num_classes < 2:
+    kind = problem_type(table.labels, args.problem_type, args.label_separator)
+    if kind == "regression":
+        labels, num_classes, class_names = scores(table.labels, table.places), 1, None
+    elif kind == "multi_label_classification":
+        labels, class_names = label_lists(table.labels, args.label_separator)
+        num_classes = len(class_names)
+    else:
+        label_ids, class_names = encode_labels(table.labels, args.num_classes, table.places)
+        num_classes = args.num_classes or (len(class_names) if class_names else max(label_ids) + 1)
+        # Named labels are mapped by the model itself, through the class names chosen above.
+        labels = table.labels if class_names else np.array(label_ids)
+    if num_classes < 2 and kind != "regression":
         raise UsageError(f"{args.data} has a single class; a classifier needs at least two.")
     with warnings.catch_warnings():
         # A pre-trained backbone without this head is what fine-tuning starts
         # from: the warning is for users of from_preset who would not train.
         warnings.filterwarnings("ignore", message=".*head starts from its initialisation")
         model = kbert.BertClassifier.from_preset(
-            _preset(args.preset), num_classes=num_classes, class_names=class_names,
+            _preset(args.preset), num_classes=num_classes, class_names=class_names, problem_type=kind,
             sequence_length=args.sequence_length, dtype=args.dtype,
         )
-    # Named labels are mapped by the model itself, through the class names chosen above.
-    labels = table.labels if class_names else np.array(label_ids)
+    print(f"Training a {kind.replace('_', ' ')} model on {len(table.labels)} examples.")
     model.fit(table.texts, labels, batch_size=args.batch_size, epochs=args.epochs)
-    _save(model, args.output, {"pairs": bool(args.text_pair_column)})
+    _save(model, args.output, {"pairs": bool(args.text_pair_column), "label_separator": args.label_separator})
     print(f"Saved the fine-tuned classifier to {args.output}")
 
 
@@ -130,8 +140,9 @@ def _evaluate(args):
 
     model = _load(args.model)
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
-    label_ids = model_label_ids(table.labels, model, table.places)
-    results = model.evaluate(table.texts, np.array(label_ids), batch_size=args.batch_size, return_dict=True)
+    labels = model_label_ids(table.labels, model, table.places,
+                             _cli_settings(args.model).get("label_separator", "|"))
+    results = model.evaluate(table.texts, np.asarray(labels), batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: round(float(v), 6) for k, v in results.items()}))
 
 
@@ -146,7 +157,11 @@ def _predict(args):
     names = model.class_names or [str(i) for i in range(model.num_classes)]
     for text, answer in zip(texts[0] if isinstance(texts, tuple) else texts,
                             model.classify(texts, batch_size=args.batch_size)):
-        print(json.dumps({"text": text, "label": answer["label"],
+        if "score" in answer:
+            print(json.dumps({"text": text, "score": round(answer["score"], 4)}))
+            continue
+        label = {"labels": answer["labels"]} if "labels" in answer else {"label": answer["label"]}
+        print(json.dumps({"text": text, **label,
                           "probabilities": {n: round(p, 4) for n, p in zip(names, answer["probabilities"])}}))
 
 
@@ -283,6 +298,11 @@ def build_parser():
                    help="a new (or empty) folder to save the fine-tuned model in")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the model that an earlier `kbert train` saved in --output")
+    p.add_argument("--problem-type", default="auto", choices=("auto",) + PROBLEM_TYPES,
+                   help="auto: multi-label where a label holds --label-separator, regression where the labels are "
+                        "numbers not all whole, else single-label classification")
+    p.add_argument("--label-separator", default="|", metavar="SEP",
+                   help="joins the class names of a text's labels, for multi-label classification")
     p.add_argument("--num-classes", type=_count(2), metavar="N",
                    help="number of classes, for integer labels where some class ids are absent from the data "
                         "(default: the number of labels found)")

@@ -5,6 +5,7 @@ Only the standard library is imported here (see kbert/cli.py)."""
 
 import collections
 import csv
+import math
 import os
 
 # Python's csv module refuses fields over 131,072 characters, which a long
@@ -198,7 +199,48 @@ def encode_labels(labels, num_classes=None, places=None):
     return ids, None
 
 
-def model_label_ids(labels, model, places=None):
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+
+
+def problem_type(labels, chosen, separator):
+    """The problem type of a label column: `chosen`, or with "auto",
+    multi-label where a label holds `separator`, regression where every
+    label is a number and one is not whole, else single-label."""
+    if chosen != "auto":
+        return chosen
+    if any(separator in label for label in labels):
+        return "multi_label_classification"
+    if all(_is_number(label) for label in labels) and not all(_is_integer(label) for label in labels):
+        return "regression"
+    return "single_label_classification"
+
+
+def _is_number(label):
+    try:
+        return math.isfinite(float(label))
+    except ValueError:
+        return False
+
+
+def scores(labels, places=None):
+    """A regression column as float32 numbers, a label that is not one named."""
+    import numpy as np
+
+    if not all(_is_number(label) for label in labels):
+        label, where = _first(labels, lambda v: not _is_number(v), places)
+        raise UsageError(f"{where}: label {label!r} is not a number; a regression column holds numbers, "
+                         "e.g. similarity scores 0.0-5.0.")
+    return np.array([float(label) for label in labels], "float32")
+
+
+def label_lists(labels, separator):
+    """A multi-label column (names joined by `separator`) as lists of names,
+    and the class names found, in alphabetical order."""
+    lists = [[name.strip() for name in label.split(separator) if name.strip()] for label in labels]
+    return lists, sorted({name for names in lists for name in names})
+
+
+def model_label_ids(labels, model, places=None, separator="|"):
     """Label ids for a trained classifier, mapped by the model's own
     preprocessor as `fit` and `evaluate` map them (names through its
     `class_names`, never re-sorted; ids checked against `num_classes`); a
@@ -206,6 +248,14 @@ def model_label_ids(labels, model, places=None):
     import numpy as np
 
     head = model.head_settings()
+    if model.problem_type == "regression":
+        return scores(labels, places)
+    if model.problem_type == "multi_label_classification":
+        lists, _ = label_lists(labels, separator)
+        try:
+            return model.preprocessor.label_ids(lists, head)
+        except ValueError as error:
+            raise UsageError(f"{error} Labels are class names joined by {separator!r}.") from None
     # A file's ids are text: numbers for a model without class names.
     labels = [int(v) if not model.class_names and _is_integer(v) else v for v in labels]
 

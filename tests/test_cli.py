@@ -16,7 +16,8 @@ import pytest
 from kbert.cli import build_parser, main
 from kbert.cli_data import MAX_FIELD_CHARS, UsageError, encode_labels
 
-MR = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "mr")
+DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
+MR = os.path.join(DATA, "mr")
 
 # The command line reads files and arguments, then calls the API that the
 # model tests check on every backend: it runs once, in the torch pass (the
@@ -89,6 +90,35 @@ def test_train_evaluate_predict_export_serve_check_round_trip(tmp_path, capsys, 
     served = json.loads(out)
     assert code == 0 and served["label"][0] == predictions[0]["label"]
     assert abs(served["probabilities"][0][1] - predictions[0]["probabilities"]["1"]) < 1e-3
+
+
+def test_train_a_regression_model_on_a_numeric_column_of_sentence_pairs(tmp_path, capsys, tiny_preset):
+    model = str(tmp_path / "stsb")
+    common = ["--text-column", "sentence1", "--text-pair-column", "sentence2", "--label-column", "score",
+              "--max-examples", "48"]
+    code, out, _ = run(capsys, "train", "--data", f"{DATA}/stsb/train_subset.tsv", *common, "--output", model,
+                       "--preset", tiny_preset, "--epochs", "1", "--sequence-length", "32", "--batch-size", "16")
+    assert code == 0 and "Training a regression model on 48 examples" in out  # scores such as 3.800
+    code, out, _ = run(capsys, "evaluate", "--model", model, "--data", f"{DATA}/stsb/test.tsv", *common)
+    assert code == 0 and set(json.loads(out.strip().splitlines()[-1])) == {"loss", "mae"}
+    code, out, _ = run(capsys, "predict", "--model", model, "--data", f"{DATA}/stsb/test.tsv", *common[:4],
+                       "--max-examples", "3")
+    assert code == 0 and [set(json.loads(line)) for line in out.strip().splitlines()] == [{"text", "score"}] * 3
+
+
+def test_train_a_multi_label_model_on_a_column_of_joined_names(tmp_path, capsys, tiny_preset):
+    model = str(tmp_path / "emotions")
+    common = ["--text-column", "text", "--label-column", "labels", "--max-examples", "64"]
+    # GoEmotions joins names with commas; evaluate reads the separator the model was trained with.
+    code, out, _ = run(capsys, "train", "--data", f"{DATA}/goemotions/train_subset.tsv", *common, "--output", model,
+                       "--label-separator", ",",
+                       "--preset", tiny_preset, "--epochs", "1", "--sequence-length", "32", "--batch-size", "16")
+    assert code == 0 and "Training a multi label classification model" in out
+    code, out, _ = run(capsys, "evaluate", "--model", model, "--data", f"{DATA}/goemotions/test_subset.tsv", *common)
+    assert code == 0 and 0 <= json.loads(out.strip().splitlines()[-1])["accuracy"] <= 1
+    code, out, _ = run(capsys, "predict", "--model", model, "so happy for you", "that is awful")
+    answers = [json.loads(line) for line in out.strip().splitlines()]
+    assert code == 0 and all(isinstance(a["labels"], list) and len(a["probabilities"]) > 1 for a in answers)
 
 
 def test_train_from_a_bare_checkpoint_does_not_warn_that_the_head_is_untrained(tmp_path, capsys, minilm_dir):

@@ -6,7 +6,7 @@ import tensorflow as tf
 from kbert.models import task_answers, task_inputs
 from kbert.models.bert_classifier import BertClassifier
 from kbert.text import token_classification as tc
-from kbert.text.classifier_labels import class_names
+from kbert.text.classifier_labels import SINGLE_LABEL, class_names
 from kbert.text.task_preprocessors import BertTokenClassifierPreprocessor, as_word_lists
 
 
@@ -54,7 +54,16 @@ class BertTokenClassifier(BertClassifier):
                  length_groups=0, **kwargs):
         # Its own input pipeline (tagged words): no sorting by length.
         super().__init__(backbone, num_classes, preprocessor=preprocessor, dropout=dropout,
-                         class_names=class_names, length_groups=length_groups, **kwargs)
+                         class_names=class_names, problem_type=SINGLE_LABEL, length_groups=length_groups, **kwargs)
+
+    def task_config(self):
+        # One tag per word: no problem type, threshold or score activation.
+        return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}
+
+    @classmethod
+    def hf_head_config(cls, preset, tensors):
+        config = super().hf_head_config(preset, tensors)
+        return {k: v for k, v in config.items() if k in ("num_classes", "class_names")}
 
     def default_loss(self):
         # The mean over tagged words: tokens of weight 0 do not count.

@@ -63,9 +63,12 @@ def test_a_head_of_another_shape_is_refused_naming_both(tmp_path):
 
 # Every setting of each task's get_config() off its default (the preprocessor's too).
 OFF_DEFAULT = {
-    kbert.BertClassifier: dict(num_classes=3, dropout=0.3, class_names=["a", "b", "c"]),
+    # A cross-encoder: one score (regression) through a sigmoid.
+    kbert.BertClassifier: dict(num_classes=1, dropout=0.3, class_names=["relevance"], threshold=0.3,
+                               score_activation="sigmoid"),
     kbert.BertTokenClassifier: dict(num_classes=3, dropout=0.3, class_names=["O", "B-X", "I-X"]),
-    kbert.BertQuestionAnswerer: dict(stride=16, max_question_length=8, max_answer_length=10, num_candidates=5),
+    kbert.BertQuestionAnswerer: dict(stride=16, max_question_length=8, max_answer_length=10, num_candidates=5,
+                                     null_score_margin=1.5),
     kbert.BertMaskedLM: dict(mask_selection_rate=0.2, max_predictions=6, whole_word=True),
     kbert.BertPretrainer: dict(mask_selection_rate=0.2, max_predictions=6, whole_word=True),
     kbert.BertTextEmbedder: dict(pooling="cls", normalize=False, dense=[{"units": 8, "activation": "tanh"}],
