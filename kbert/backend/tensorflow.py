@@ -7,7 +7,7 @@ import functools
 import keras
 import tensorflow as tf
 
-from kbert.backend import default
+from kbert.backend import default, keras_private
 from kbert.backend.tensorflow_fused import (
     custom_gradient,
     erf_gelu,
@@ -134,11 +134,9 @@ def embedding_rows(table, ids):
 
 
 def _in_stateless_scope():
-    try:
-        from keras.src.backend.common.stateless_scope import in_stateless_scope
-    except ImportError:
+    if not keras_private.available("in_stateless_scope"):
         return True  # take the default path
-    return in_stateless_scope()
+    return keras_private.get("in_stateless_scope")()
 
 
 def rows_once(gradient):
