@@ -285,10 +285,10 @@ class BertTextEmbedder(Task):
             tuple(preprocessor.features(t, head, pad_to=pad_to) for t in texts), scores)))
         if self._compiled_by_default:
             self._schedule_learning_rate(steps, epochs)
-        # The pooler ([CLS] dense + tanh) is no part of an embedding: frozen
-        # while fitting, Keras does not warn that it gets no gradient.
+        # The pooler ([CLS] dense + tanh) is no part of an embedding: left
+        # out of what fit trains, Keras does not warn that it gets no gradient.
         return contrastive_fit.fit_columns(self, dataset, steps, len(columns), loss, batch_size, epochs,
-                                           mini_batch_size, frozen=[self.backbone.pooled_dense], **kwargs)
+                                           mini_batch_size, frozen=self.backbone.pooled_dense.weights, **kwargs)
 
     # === Presets ===
 
