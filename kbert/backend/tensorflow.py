@@ -57,8 +57,9 @@ def random_int16(shape, seed_generator):
 def _random_words(shape, seed_generator):
     """32 random bits per two elements of `shape`. A full-range draw
     (`minval=None`) takes the generator's words as they come, where Keras'
-    `randint` reduces each modulo its range: 3.1M words in 4.4 ms instead of
-    5.7-6.9 ms (2 cores). Seeded as Keras seeds its draws."""
+    `randint` reduces each modulo its range, which takes longer
+    (docs/benchmarks.md, "Measurements behind the code"). Seeded as Keras
+    seeds its draws."""
     if not isinstance(seed_generator, keras.random.SeedGenerator):
         return default.int32_bits_for_int16(shape, seed_generator)
     seed = seed_generator.next()

@@ -3,18 +3,17 @@ of texts: sorted by length, in slices each padded to its own longest text,
 the answers given back in the request's order.
 
 A request cut in arrival order pads each slice to its longest text, which is
-mostly padding wherever lengths are uneven: 1,000 MR sentences served that
-way took about twice `predict`'s time. Sorted first, a slice holds texts of
+mostly padding wherever lengths are uneven, and took about twice
+`predict`'s time. Sorted first, a slice holds texts of
 about one length. Slices are cut by tokens, not rows: each holds as many
 rows as fit in a fixed budget of padded tokens, so a slice of short texts
 runs many rows at once, a slice of long ones few, and the activations of a
 slice are bounded however many rows the request has.
 
-The budget is small on purpose. On CPU, a slice of 2,048 tokens ran as
-fast per token as `predict`'s batches of 32 or faster; budgets of 32 rows of
-the request's longest text (16,384 tokens where one text fills 512) ran
-SQuAD paragraphs 17% slower than `predict` (MiniLM, 300 paragraphs, one
-process, alternating: 7.75 s against 6.64 s; 2,048 tokens: 5.80 s).
+The budget is small on purpose: on CPU, small slices run as fast per token
+as `predict`'s batches or faster, and budgets of many long rows ran slower
+(docs/benchmarks.md, "Served against `predict`" and "Measurements behind
+the code").
 """
 
 import tensorflow as tf
