@@ -76,7 +76,9 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
     `fit` of a `columns_model` of it (or, with `mini_batch_size`, its
     `CachedColumnsModel`) with `loss` and the embedder's optimizer and
     `jit_compile`. Callbacks are given the embedder as their model (what
-    they set on it, `stop_training`, stops this fit). Returns the `History`.
+    they set on it, `stop_training`, stops this fit), and in their `params`
+    the `mini_batches` a replica runs a step (0 without GradCache). Returns
+    the `History`.
 
     Args:
         embedder: a compiled Keras model from a dict of int32 `[batch, length]`
@@ -99,8 +101,10 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
         # the global batch, in as many mini-batches as that needs.
         replicas = strategy.num_replicas_in_sync if strategy is not None else 1
         per_replica = -(-batch_size // replicas)
+        mini_batches = 0  # a replica's per step, with GradCache
         if mini_batch_size is not None and mini_batch_size < per_replica:
-            model = CachedColumnsModel(model, mini_batch_size, -(-per_replica // mini_batch_size))
+            mini_batches = -(-per_replica // mini_batch_size)
+            model = CachedColumnsModel(model, mini_batch_size, mini_batches)
         model.compile(optimizer=embedder.optimizer, loss=loss, jit_compile=embedder.jit_compile)
         if not embedder.optimizer.built:
             # Over the variables trained here, frozen ones left out: the
@@ -111,7 +115,7 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
     verbose = 1 if verbose == "auto" else verbose
     callbacks = keras.callbacks.CallbackList(kwargs.pop("callbacks", None), add_history=True,
                                              add_progbar=verbose != 0, verbose=verbose, epochs=epochs,
-                                             steps=steps_per_epoch, model=embedder)
+                                             steps=steps_per_epoch, mini_batches=mini_batches, model=embedder)
     return model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False, verbose=verbose,
                      callbacks=callbacks, **kwargs)
 
