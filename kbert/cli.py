@@ -10,7 +10,8 @@
 Only the standard library is imported here: kbert, Keras and TensorFlow load
 when a subcommand runs. The console script loads this module through
 `kbert_cli.py`, outside the package, so that `kbert --help` and argument
-mistakes answer at once (in 0.04 s instead of 7).
+mistakes answer at once, without the seconds that loading Keras and
+TensorFlow takes (docs/benchmarks.md, "Measurements behind the code").
 """
 
 import argparse

@@ -57,8 +57,8 @@ def dense(x, kernel, bias, activation=None, training=False):
     None, "gelu" (exact) or "gelu_approximate". TensorFlow: a 2-D `MatMul` +
     `BiasAdd` (one `_FusedMatMul`), the exact GELU in its Erf form (which
     oneDNN, where on, fuses into the matmul; cheaper than `tf.nn.gelu`'s
-    Erfc where not), in `training` with a hand-written gradient (3x faster
-    forward and back than autodiff's in bfloat16). PyTorch: `linear`
+    Erfc where not), in `training` with a hand-written gradient (faster
+    forward and back than autodiff's in bfloat16; docs/benchmarks.md). PyTorch: `linear`
     (`addmm`)."""
     return _current().dense(x, kernel, bias, activation, training)
 
@@ -67,9 +67,9 @@ def layer_norm(x, gamma, beta, epsilon, training=False):
     """LayerNorm over the last axis, `(x - mean) / sqrt(variance + epsilon)
     * gamma + beta`, computed in at least float32 and returned in `x`'s
     dtype, as `keras.ops.layer_normalization`. TensorFlow, in `training`:
-    with its gradient written out (in MiniLM's traced training step, 68 ops
-    fewer per LayerNorm than autodiff's through the mean and variance, most
-    of those shape arithmetic); on a CPU where every dimension is known, one
+    with its gradient written out (far fewer ops per LayerNorm in
+    a traced training step than autodiff's through the mean and variance,
+    most of those shape arithmetic; docs/benchmarks.md); on a CPU where every dimension is known, one
     XLA computation forward, and in training one back."""
     return _current().layer_norm(x, gamma, beta, epsilon, training)
 

@@ -1,6 +1,6 @@
 """PyTorch's implementations of kbert's primitives.
 
-The only module of kbert that uses private APIs (`keras.src`,
+Uses private APIs (Keras' through `kbert.backend.keras_private`,
 `torch._fused_adamw_`); each is guarded, and without it the primitive falls
 back to its `keras.ops` default (same values; only the speed changes).
 """
@@ -10,15 +10,13 @@ import math
 import keras
 import torch
 
-from kbert.backend import default
+from kbert.backend import default, keras_private
 
-try:
-    # Keras' torch device and the torch.Generator it seeds from a
-    # SeedGenerator: not public API (keras.src), so guarded.
-    from keras.src.backend.torch.core import get_device
-    from keras.src.backend.torch.random import torch_seed_generator
-except ImportError:
-    get_device = torch_seed_generator = None
+# Keras' torch device and the torch.Generator it seeds from a SeedGenerator
+# (private Keras API), or None where this Keras has them not.
+get_device = torch_seed_generator = None
+if keras_private.available("get_device") and keras_private.available("torch_seed_generator"):
+    get_device, torch_seed_generator = keras_private.get("get_device"), keras_private.get("torch_seed_generator")
 
 # The fused AdamW kernel (what `torch.optim.AdamW(fused=True)` runs), with
 # this keyword signature and on CPU as well as on GPU since PyTorch 2.4.

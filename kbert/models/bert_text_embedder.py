@@ -149,8 +149,17 @@ class BertTextEmbedder(Task):
         """`Task.compile`; the default loss is in-batch negatives
         (`MultipleNegativesRankingLoss`), or `CoSENTLoss` when `fit` is given
         scores."""
-        self._default_loss = loss == "auto"
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
+        self._default_loss = isinstance(loss, str) and loss == "auto"
+
+    def get_compile_config(self):
+        # The default loss is saved as "auto", the choice itself, so that a
+        # model loaded back (`compile_from_config`) trains scored pairs with
+        # CoSENTLoss as this one does, not with the loss object that stood in.
+        config = super().get_compile_config()
+        if config and self._default_loss:
+            config["loss"] = "auto"
+        return config
 
     # === Prompts ===
 
@@ -258,7 +267,7 @@ class BertTextEmbedder(Task):
             if mini_batch_size is not None:
                 raise ValueError("mini_batch_size (GradCache) works on a tuple of lists of texts, e.g. "
                                  "(anchors, positives); this input goes to Keras' fit as it is.")
-            if task_inputs.is_raw(self, x) and (not self.compiled or getattr(self, "_default_loss", False)):
+            if task_inputs.is_raw(self, x) and (not self.compiled or self._default_loss):
                 raise ValueError(
                     "BertTextEmbedder.fit takes a tuple of lists of texts: (anchors, positives) or (anchors, "
                     "positives, negatives), or (texts_a, texts_b) with scores. To fit texts to target embeddings, "
@@ -270,16 +279,16 @@ class BertTextEmbedder(Task):
         texts, steps = contrastive_fit.column_batches(columns, y, batch_size, epochs, seed, no_duplicates)
         if not self.compiled:
             self.compile()
-        loss = CoSENTLoss() if y is not None and getattr(self, "_default_loss", False) else self.loss
+        loss = CoSENTLoss() if y is not None and self._default_loss else self.loss
         preprocessor, head, pad_to = self.preprocessor, self.head_settings(), task_inputs.padding(self)
         dataset = without_autotune(map_batches(texts, lambda texts, scores: (
             tuple(preprocessor.features(t, head, pad_to=pad_to) for t in texts), scores)))
         if self._compiled_by_default:
             self._schedule_learning_rate(steps, epochs)
-        # The pooler ([CLS] dense + tanh) is no part of an embedding: frozen
-        # while fitting, Keras does not warn that it gets no gradient.
+        # The pooler ([CLS] dense + tanh) is no part of an embedding: left
+        # out of what fit trains, Keras does not warn that it gets no gradient.
         return contrastive_fit.fit_columns(self, dataset, steps, len(columns), loss, batch_size, epochs,
-                                           mini_batch_size, frozen=[self.backbone.pooled_dense], **kwargs)
+                                           mini_batch_size, frozen=self.backbone.pooled_dense.weights, **kwargs)
 
     # === Presets ===
 

@@ -145,8 +145,8 @@ class Task(DistributedTraining, keras.Model):
         """Creates the optimizer's variables now, on TensorFlow without a
         strategy (Keras builds them under one): created inside the first
         traced train step instead, each variable's initialisation becomes a
-        function of its own (about 210 for MiniLM's AdamW: 12 s of a
-        profiled first `fit`, against 0.8 s here)."""
+        function of its own, which made a first `fit` seconds slower
+        (docs/benchmarks.md, "Measurements behind the code")."""
         if (any_backend or self._tensorflow_without_strategy()) and not self.optimizer.built:
             self.optimizer.build(self._trained_variables())
 

@@ -58,8 +58,8 @@ def padding(model):
     which bound the compilations.
 
     Sorted by length (predict, evaluate, fit's groups), a batch then carries
-    almost no padding: MR sentences in batches of 32, 1.004 tokens a real
-    token against 1.20 in buckets. The outputs are the same."""
+    almost no padding (docs/benchmarks.md, "Measurements behind the code").
+    The outputs are the same."""
     if model.input_padding == "bucket" and keras.backend.backend() != "jax" and not model.jit_compile:
         return "longest"
     return model.input_padding

@@ -150,6 +150,23 @@ def test_fit_refuses_single_texts_with_the_default_loss(embedder):
     assert keras.saving.deserialize_keras_object(config).get_config()["symmetric"] is True
 
 
+class StopsAfterOneEpoch(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        self.seen = self.model
+        self.model.stop_training = True
+
+
+def test_callbacks_given_to_fit_see_the_embedder_and_stop_its_fit(embedder):
+    embedder.compile()
+    callback = StopsAfterOneEpoch()
+    history = embedder.fit((QUESTIONS, PASSAGES), epochs=3, batch_size=6, callbacks=[callback], verbose=0)
+    assert callback.seen is embedder and embedder.history is history
+    assert len(history.history["loss"]) == 1  # stopped after the first of 3 epochs
+    # The pooler, no part of an embedding, is left out of what fit trains,
+    # as an argument: its layer stays trainable.
+    assert embedder.backbone.pooled_dense.trainable
+
+
 @pytest.fixture(scope="module")
 def short_texts(minilm_dir):
     return kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=16)
