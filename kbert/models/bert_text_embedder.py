@@ -183,7 +183,7 @@ class BertTextEmbedder(Task):
         # whose length is an input.
         preprocessor, head, pad_to = self.preprocessor, self.head_settings(), task_inputs.padding(self)
         traced = task_inputs.traced(preprocessor, ("prompted", pad_to, task_inputs.frozen(head)),
-                                    lambda: preprocessor.prompted_function(head, pad_to))
+                                    lambda p: p.prompted_function(head, pad_to))
         skip = tf.constant(preprocessor.prompt_length(text))
         embeddings = task_inputs.predict_in_memory(self, texts, batch_size, 0, lambda t: traced(t, skip))
         return np.asarray(embeddings, dtype="float32")

@@ -77,7 +77,7 @@ def answers_in_slices(model, inputs, batch_size=32, pairs=False, top_k=5, head=N
     # small model's forward pass.
     key = ("answers", pad_to, pairs, top_k, task_inputs.frozen(head))
     preprocess, postprocess = (
-        task_inputs.traced(model.preprocessor, key + (i,), lambda i=i: model.preprocessor.answering(
+        task_inputs.traced(model.preprocessor, key + (i,), lambda p, i=i: p.answering(
             head, pad_to, pairs=pairs, top_k=top_k)[i])
         for i in (0, 1)
     )

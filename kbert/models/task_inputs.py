@@ -3,6 +3,7 @@ that `fit`, `evaluate`, `predict` and the model's call make of strings with
 the task's preprocessor (`model.preprocessor`), padded and grouped by length
 as the model's `input_padding` and `length_groups` say."""
 
+import logging
 import weakref
 
 import keras
@@ -10,6 +11,20 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.text.pipeline import map_batches, slices, take, without_autotune
+
+
+class _StepTracesOfEachModel(logging.Filter):
+    """Drops TensorFlow's warning of "retracing" about Keras' train, test
+    and predict steps: each model traces its own (they hold its variables),
+    and TensorFlow counts the traces of every model's steps together, so a
+    notebook that built three models warned though no step traced twice."""
+
+    def filter(self, record):
+        message = record.getMessage()
+        return not ("triggered tf.function retracing" in message and "TensorFlowTrainer." in message)
+
+
+logging.getLogger("tensorflow").addFilter(_StepTracesOfEachModel())
 
 
 def is_text_in_memory(x):
@@ -65,24 +80,53 @@ def padding(model):
     return model.input_padding
 
 
-# The traced batch functions of each preprocessor, by what they were built
-# for: tracing the tokenizer into every new pipeline again took seconds a call.
-_TRACED = weakref.WeakKeyDictionary()
+class _Traced:
+    """The traced functions of one preprocessor class and settings, built
+    from a copy of the first preprocessor seen with them (so that they keep
+    no model's alive)."""
+
+    def __init__(self, preprocessor):
+        self.preprocessor = type(preprocessor).from_config(preprocessor.get_config())
+        self.functions = {}
+
+
+# Preprocessors of one class and settings (the models of one preset) share
+# their traced functions, alive while one of them is: tracing the tokenizer
+# into each new pipeline took seconds a call, and TensorFlow counts the traces
+# of every copy of a function together, so one copy per model warned of
+# "retracing" from the fifth model on.
+_BY_SETTINGS = weakref.WeakValueDictionary()
+_BY_PREPROCESSOR = weakref.WeakKeyDictionary()
+
+
+def _shared(preprocessor):
+    shared = _BY_PREPROCESSOR.get(preprocessor)
+    if shared is None:
+        config = preprocessor.get_config()
+        config.pop("name", None)
+        settings = (type(preprocessor), frozen(config))
+        shared = _BY_SETTINGS.get(settings)
+        if shared is None:
+            shared = _BY_SETTINGS[settings] = _Traced(preprocessor)
+        _BY_PREPROCESSOR[preprocessor] = shared
+    return shared
 
 
 def traced(preprocessor, key, build):
-    """`build()`'s function as a `tf.function` traced once per
-    preprocessor and `key` (what it was built for: the kind of function,
-    the padding, the task's settings, the input's structure)."""
-    functions = _TRACED.setdefault(preprocessor, {})
-    if key not in functions:
-        functions[key] = tf.function(build(), reduce_retracing=True, autograph=False)
-    return functions[key]
+    """`build(p)`'s function as a `tf.function`, `p` a preprocessor of
+    `preprocessor`'s class and settings, traced once per such settings and
+    `key` (what it was built for: the kind of function, the padding, the
+    task's settings, the input's structure)."""
+    shared = _shared(preprocessor)
+    if key not in shared.functions:
+        shared.functions[key] = tf.function(build(shared.preprocessor), reduce_retracing=True, autograph=False)
+    return shared.functions[key]
 
 
 def traced_functions(preprocessor):
-    """`{key: tf.function}`: the functions traced for `preprocessor` so far."""
-    return dict(_TRACED.get(preprocessor, {}))
+    """`{key: tf.function}`: the functions traced for `preprocessor`'s settings so far."""
+    shared = _BY_PREPROCESSOR.get(preprocessor)
+    return {} if shared is None else dict(shared.functions)
 
 
 def frozen(value):
@@ -109,7 +153,7 @@ def batch_function(model, pad_to, dataset_spec=None, structure=None, labeled=Fal
     preprocessor, head = model.preprocessor, model.head_settings()
     key = ("batches", pad_to, frozen(head), _structure(dataset_spec) if dataset_spec is not None else structure,
            labeled)
-    return traced(preprocessor, key, lambda: preprocessor.batch_function(head, pad_to, dataset_spec, labeled))
+    return traced(preprocessor, key, lambda p: p.batch_function(head, pad_to, dataset_spec, labeled))
 
 
 def dataset(model, x, y=None, sample_weight=None, batch_size=None, shuffle=False, sort=False, labeled=False):
