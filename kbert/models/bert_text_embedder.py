@@ -253,6 +253,7 @@ class BertTextEmbedder(Task):
                 (`benchmarks/grad_cache.py` measures both;
                 `kbert.training.contrastive_fit.CachedColumnsModel`).
         """
+        task_inputs.check_batch_size(batch_size)
         contrastive_fit.check_mini_batch_size(mini_batch_size)
         if not (self.preprocessor is not None and isinstance(x, tuple) and not isinstance(x, tf.data.Dataset)):
             if mini_batch_size is not None:

@@ -4,6 +4,7 @@ the task's preprocessor (`model.preprocessor`), padded and grouped by length
 as the model's `input_padding` and `length_groups` say."""
 
 import logging
+import numbers
 import weakref
 
 import keras
@@ -39,6 +40,15 @@ def is_text_in_memory(x):
     if isinstance(x, list):
         return bool(x) and isinstance(x[0], (str, bytes, list, tuple))
     return False
+
+
+def check_batch_size(batch_size):
+    """Refuses a `batch_size` that is not a whole number of at least 1
+    (None: the default)."""
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
+                                   or batch_size < 1):
+        raise ValueError(f"batch_size={batch_size!r}: give the number of examples in a batch, a whole number of "
+                         "at least 1 (e.g. batch_size=32), or leave it out for the default.")
 
 
 def is_raw(model, x):
@@ -303,12 +313,18 @@ def predict_batch(model, features):
     """The model's outputs on one batch of features (TensorFlow tensors,
     handed over as numpy so that any backend takes them)."""
     features = keras.tree.map_structure(lambda v: v.numpy() if hasattr(v, "numpy") else v, features)
-    if model._replicas() > 1:
+    if replicas(model) > 1:
         # predict_on_batch would run the whole batch on every replica and
         # concatenate their outputs: one row per replica. (predict on many
         # texts runs Keras' distributed loop instead.)
         return keras.tree.map_structure(keras.ops.convert_to_numpy, model(features, training=False))
     return model.predict_on_batch(features)
+
+
+def replicas(model):
+    """How many replicas the model's `tf.distribute` strategy runs (1 without one)."""
+    strategy = getattr(model, "distribute_strategy", None)
+    return 1 if strategy is None else strategy.num_replicas_in_sync
 
 
 def concatenated(*batches):
