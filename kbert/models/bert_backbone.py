@@ -160,9 +160,13 @@ class BertBackbone(keras.Model):
         super().__init__(
             inputs=inputs,
             outputs={"sequence_output": x, "pooled_output": pooled_output},
-            dtype=dtype,
             **kwargs,
         )
+        # Keras' functional model takes no `dtype` (its own policy stays the
+        # global one, float32, over mixed_bfloat16 layers): it reports the
+        # policy its layers run.
+        if token_embedding.dtype_policy.quantization_mode is None:
+            self.dtype_policy = token_embedding.dtype_policy
 
         # === Config ===
         self.vocabulary_size = vocabulary_size
@@ -336,7 +340,6 @@ class BertBackbone(keras.Model):
             "packing": self.packing,
             "lora_rank": self.lora_rank,
             "lora_layer_names": list(self.lora_layer_names),
-            # The layers hold the policy (the functional model's own is float32).
             "dtype": keras.dtype_policies.serialize(self.token_embedding.dtype_policy),
         }
 

@@ -60,6 +60,7 @@ class BertQuestionAnswerer(Task):
     """
 
     preprocessor_class = BertQuestionAnswererPreprocessor
+    reads_pooler = False  # as transformers' BertForQuestionAnswering, which has none
 
     def __init__(self, backbone, preprocessor=None, stride=128, max_question_length=64, max_answer_length=30,
                  num_candidates=20, null_score_margin=None, input_padding="sequence_length", length_groups=0,

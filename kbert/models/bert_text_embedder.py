@@ -192,7 +192,7 @@ class BertTextEmbedder(Task):
         # whose length is an input.
         preprocessor, head, pad_to = self.preprocessor, self.head_settings(), task_inputs.padding(self)
         traced = task_inputs.traced(preprocessor, ("prompted", pad_to, task_inputs.frozen(head)),
-                                    lambda: preprocessor.prompted_function(head, pad_to))
+                                    lambda p: p.prompted_function(head, pad_to))
         skip = tf.constant(preprocessor.prompt_length(text))
         embeddings = task_inputs.predict_in_memory(self, texts, batch_size, 0, lambda t: traced(t, skip))
         return np.asarray(embeddings, dtype="float32")
@@ -262,6 +262,7 @@ class BertTextEmbedder(Task):
                 (`benchmarks/grad_cache.py` measures both;
                 `kbert.training.contrastive_fit.CachedColumnsModel`).
         """
+        task_inputs.check_batch_size(batch_size)
         contrastive_fit.check_mini_batch_size(mini_batch_size)
         if not (self.preprocessor is not None and isinstance(x, tuple) and not isinstance(x, tf.data.Dataset)):
             if mini_batch_size is not None:

@@ -49,6 +49,7 @@ class BertTokenClassifier(BertClassifier):
     classified_output = "sequence_output"
     preprocessor_class = BertTokenClassifierPreprocessor
     takes_pairs = False
+    reads_pooler = False  # as transformers' BertForTokenClassification, which has none
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None,
                  length_groups=0, **kwargs):
@@ -89,6 +90,7 @@ class BertTokenClassifier(BertClassifier):
             word's first WordPiece; `(word, None, 0.0)` for a word past the
             preprocessor's `sequence_length` (or with no WordPiece).
         """
+        task_inputs.check_batch_size(batch_size)
         if all(isinstance(t, str) for t in texts):
             rows = task_answers.answers_in_slices(self, (list(texts),), batch_size=batch_size)
             # Padding words are "": no real word is empty.

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -120,6 +121,23 @@ def test_saved_and_loaded_in_a_fresh_process_predicts_the_same_and_trains_on(nam
     assert resumed["iterations"] == int(model.optimizer.iterations) > 0
     assert resumed["after"] > resumed["iterations"]
     assert resumed["recipe"] == model.recipe and resumed["recipe"]["learning_rate"] == 1e-3
+
+
+@pytest.mark.parametrize("name", ["token_classifier", "question_answerer"])
+def test_tasks_that_read_no_pooler_leave_it_out_of_training_without_a_warning(name, minilm_dir):
+    # As in transformers' BertForTokenClassification and BertForQuestionAnswering.
+    model = build(name, minilm_dir)
+    pooler = model.backbone.pooled_dense.weights
+    before = [to_numpy(v) for v in pooler]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(*ALL_TASKS[name][1](), epochs=1, batch_size=3, verbose=0)
+    assert [str(w.message) for w in caught if "Gradients do not exist" in str(w.message)] == []
+    # Not trained (nor decayed), and counted as non-trainable.
+    assert all(np.array_equal(b, to_numpy(v)) for b, v in zip(before, pooler))
+    assert not {id(v) for v in pooler} & {id(v) for v in model.trainable_weights + model.trainable_variables}
+    assert {id(v) for v in pooler} <= {id(v) for v in model.non_trainable_weights}
+    assert {id(v) for v in pooler} <= {id(v) for v in model.non_trainable_variables}
 
 
 @pytest.mark.parametrize("name", list(TASKS))

