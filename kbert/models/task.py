@@ -391,8 +391,7 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
 
     # Hugging Face's heads: `(variable, Hugging Face name, transform)` rows,
     # empty for heads that Hugging Face has no checkpoint of; and the head's
-    # arguments read from such a checkpoint (e.g. num_classes), given the
-    # read preset (`kbert.presets.reader.Preset`).
+    # arguments read from such a checkpoint's read `Preset` (num_classes ...).
     def hf_head_table(self):
         return []
 
