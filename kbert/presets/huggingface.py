@@ -8,6 +8,7 @@ row format. Importing runs the rows forwards (`assign`), exporting backwards
 Keras' `Dense.kernel` is `[in, out]`, hence the transposes.
 """
 
+import keras
 import ml_dtypes
 import numpy as np
 
@@ -110,7 +111,8 @@ def tensors_of(table, prefix="", dtype="float32"):
     backwards, named `prefix` + name."""
     tensors = {}
     for variable, name, transform in table:
-        value = np.asarray(variable.numpy())
+        # (A LoRA layer's kernel is a tensor, the kernel with its update merged.)
+        value = np.asarray(keras.ops.convert_to_numpy(variable))
         value = value.T if transform == T else value
         tensors[prefix + name] = np.ascontiguousarray(value.astype(_numpy_dtype(dtype)))
     return tensors
