@@ -68,9 +68,9 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
         model = cls(backbone=backbone, preprocessor=preprocessor,
                     **{**(saved["config"] if same_task else {}), **kwargs})
         if same_task:
-            model.load_weights(os.path.join(preset.folder, TASK_WEIGHTS))
+            loading.load_keras_weights(model, os.path.join(preset.folder, TASK_WEIGHTS))
         else:
-            backbone.load_weights(preset.weights_path)
+            loading.load_keras_weights(backbone, preset.weights_path)
             if saved:
                 load_saved_head(model, preset.folder, saved)
         return model
@@ -155,7 +155,7 @@ def load_saved_head(model, folder, saved):
     variables = {name: variable for variable, name, _ in source.hf_head_table()} if source else {}
     shared = [(variable, variables[name]) for variable, name, _ in table if name in variables]
     if shared:
-        source.load_weights(os.path.join(folder, TASK_WEIGHTS))
+        loading.load_keras_weights(source, os.path.join(folder, TASK_WEIGHTS))
         for variable, value in shared:
             variable.assign(value)
     if len(shared) < len(table):
