@@ -16,6 +16,7 @@ mistakes answer at once (in 0.04 s instead of 7).
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -69,6 +70,7 @@ def _train(args):
 
     import numpy as np
 
+    _check_output(args.output, args.overwrite)  # before hours of training, not after
     kbert = _import_kbert()
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
     label_ids, class_names = encode_labels(table.labels, args.num_classes, table.places)
@@ -86,10 +88,41 @@ def _train(args):
     # Named labels are mapped by the model itself, through the class names chosen above.
     labels = table.labels if class_names else np.array(label_ids)
     model.fit(table.texts, labels, batch_size=args.batch_size, epochs=args.epochs)
-    model.save_to_preset(args.output)
-    with open(os.path.join(args.output, "cli.json"), "w") as f:
-        json.dump({"pairs": bool(args.text_pair_column)}, f)
+    _save(model, args.output, {"pairs": bool(args.text_pair_column)})
     print(f"Saved the fine-tuned classifier to {args.output}")
+
+
+def _check_output(folder, overwrite):
+    """Refuses an --output that holds anything, unless --overwrite is given
+    and it holds a kbert model (a trained model is hours of work; any other
+    folder, such as the current one, is never emptied)."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"--output {folder} is a file; give a folder to save the model in.")
+    if not os.path.isdir(folder) or not os.listdir(folder):
+        return
+    if not overwrite:
+        raise UsageError(f"--output {folder} is not empty: give a new folder, or --overwrite to replace the "
+                         "model saved there.")
+    if not os.path.exists(os.path.join(folder, "kbert_config.json")):
+        raise UsageError(f"--output {folder} holds files that are not a kbert model (no kbert_config.json); "
+                         "--overwrite replaces only a model saved by `kbert train`. Give a new folder.")
+
+
+def _save(model, folder, settings):
+    """Saves the model and the command's settings beside `folder`, then puts
+    them in its place: an error while saving leaves the model that was
+    there, if any."""
+    staging = f"{os.path.normpath(folder)}.saving-{os.getpid()}"
+    try:
+        model.save_to_preset(staging)
+        with open(os.path.join(staging, "cli.json"), "w") as f:
+            json.dump(settings, f)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if os.path.isdir(folder):  # empty, or checked by _check_output
+        shutil.rmtree(folder)
+    os.rename(staging, folder)
 
 
 def _evaluate(args):
@@ -246,7 +279,10 @@ def build_parser():
     p.add_argument("--preset", default="minilm", metavar="PRESET",
                    help="pre-trained model: a name from `kbert presets` (minilm: all-MiniLM-L6-v2), "
                         "hf://owner/name, or a folder")
-    p.add_argument("--output", required=True, metavar="FOLDER", help="folder to save the fine-tuned model in")
+    p.add_argument("--output", required=True, metavar="FOLDER",
+                   help="a new (or empty) folder to save the fine-tuned model in")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the model that an earlier `kbert train` saved in --output")
     p.add_argument("--num-classes", type=_count(2), metavar="N",
                    help="number of classes, for integer labels where some class ids are absent from the data "
                         "(default: the number of labels found)")
@@ -307,6 +343,13 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+    except BrokenPipeError:
+        # The reader stopped reading (`kbert presets | head`): not an error
+        # of the command. Python would flush stdout again at exit and print
+        # the error there: what is left goes to /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a command ended by SIGPIPE: 128 + 13
     except UsageError as e:
         if args.debug:
             raise

@@ -6,7 +6,8 @@ import tensorflow as tf
 from kbert.models import task_answers, task_inputs
 from kbert.models.bert_classifier import BertClassifier
 from kbert.text import token_classification as tc
-from kbert.text.task_preprocessors import BertTokenClassifierPreprocessor, as_word_lists, class_names
+from kbert.text.classifier_labels import class_names
+from kbert.text.task_preprocessors import BertTokenClassifierPreprocessor, as_word_lists
 
 
 @keras.saving.register_keras_serializable(package="kbert")

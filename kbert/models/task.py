@@ -391,10 +391,11 @@ class Task(DistributedTraining, keras.Model):
 
     # Hugging Face's heads: `(variable, Hugging Face name, transform)` rows,
     # empty for heads that Hugging Face has no checkpoint of; and the head's
-    # arguments read from such a checkpoint (e.g. num_classes).
+    # arguments read from such a checkpoint (e.g. num_classes), given the
+    # read preset (`kbert.presets.reader.Preset`).
     def hf_head_table(self):
         return []
 
     @classmethod
-    def hf_head_config(cls, hf_config, tensors):
+    def hf_head_config(cls, preset, tensors):
         return {}

@@ -104,7 +104,9 @@ def load_hf_backbone_weights(backbone, path, tensors=None):
 
 
 def save_backbone(backbone, folder):
-    """Writes `backbone` in kbert's layout: `kbert_config.json` + weights."""
+    """Writes `backbone` in kbert's layout: `kbert_config.json` + weights,
+    into a new or empty folder (`save_to_preset`'s first step)."""
+    files.check_new_folder(folder, "save_to_preset")
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, files.KBERT_CONFIG), "w") as f:
         json.dump({"backbone": _plain_config(backbone)}, f, indent=2)

@@ -47,6 +47,39 @@ _MODULE_KINDS = ("Transformer", "Pooling", "Dense", "Normalize")
 _TORCH_MODULES = {"Identity": "torch.nn.modules.linear"}
 
 
+# A CrossEncoder's activation (a torch class) -> BertClassifier's score_activation.
+_SCORE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Identity": None}
+
+
+def cross_encoder_settings(folder, hf_config):
+    """A sentence-transformers `CrossEncoder` folder's `score_activation`
+    (`{}` for a folder that is no cross-encoder), where each version keeps
+    its activation: 6.x in `config_sentence_transformers.json` (with
+    `model_type: "CrossEncoder"`), 4.x-5.x in config.json's
+    `sentence_transformers` block, older ones as config.json's
+    `sbert_ce_default_activation_function`. Without one, a cross-encoder
+    of one label takes a sigmoid, as `CrossEncoder` does."""
+    config = files.load_json(folder, SENTENCE_TRANSFORMERS_CONFIG, default={"": None})
+    block = hf_config.get("sentence_transformers")
+    if config.get("model_type") == "CrossEncoder":
+        path, where = config.get("activation_fn"), os.path.join(folder, SENTENCE_TRANSFORMERS_CONFIG)
+    elif isinstance(block, dict):
+        path, where = block.get("activation_fn"), os.path.join(folder, files.HF_CONFIG)
+    elif hf_config.get("sbert_ce_default_activation_function"):
+        path, where = hf_config["sbert_ce_default_activation_function"], os.path.join(folder, files.HF_CONFIG)
+    else:
+        return {}
+    if path is None:
+        return {"score_activation": "sigmoid"}
+    name = str(path).rsplit(".", 1)[-1]
+    if not str(path).startswith("torch.") or name not in _SCORE_ACTIVATIONS:
+        raise ValueError(
+            f"{where} gives the cross-encoder's activation as {path!r}; kbert reproduces "
+            f"{', '.join(to_transformers.TORCH_ACTIVATIONS.values())}. Pass score_activation= yourself to override it."
+        )
+    return {"score_activation": _SCORE_ACTIVATIONS[name]}
+
+
 def is_sentence_transformers_folder(folder):
     return os.path.exists(os.path.join(folder, MODULES))
 

@@ -172,7 +172,7 @@ class BertPreprocessor(keras.layers.Layer):
         `head`: the task's settings (`Task.head_settings`)."""
         x = pipeline.text_tensor(x)
         if y is not None:
-            y = self.label_ids(np.asarray(y), head)
+            y = self.label_ids(y, head)
         return (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
 
     def training_examples(self, examples, head=None):
@@ -182,7 +182,7 @@ class BertPreprocessor(keras.layers.Layer):
 
     def label_ids(self, y, head=None):
         """Labels held in memory as the model's targets (here: as given)."""
-        return y
+        return np.asarray(y)
 
     def lengths(self, examples):
         """The tokens in each example of `examples` (as `examples` gives

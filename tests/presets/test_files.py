@@ -224,5 +224,5 @@ def test_kbert_preset_weights_not_floating_point_or_not_finite_are_refused_namin
     preprocessor = kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=8)
     kbert.BertClassifier(backbone, 3, preprocessor).save_to_preset(str(tmp_path / "classifier"))
     name = spoil(tmp_path / "classifier" / "task.weights.h5", (8, 3), how)  # the head's kernel
-    with pytest.raises(ValueError, match=rf"task\.weights\.h5 cannot be used:\n  tensor {name} {problem}"):
+    with pytest.raises(ValueError, match=rf"task\.weights\.h5 cannot be used:\n  tensor {name}\b.* {problem}"):
         kbert.BertClassifier.from_preset(str(tmp_path / "classifier"))

@@ -100,7 +100,7 @@ class Exports(dict):
 
     def __missing__(self, name):
         model, folder = self.models[name], str(self.root / EXPORTS[name])
-        if name in ("pairs", "pretrainer"):
+        if name in ("pairs", "regression", "pretrainer"):
             self[name] = kbert.serving.export(model, folder, pairs=True)
         elif name == "masked_lm":
             self[name] = model.export(folder, top_k=3)
@@ -109,7 +109,7 @@ class Exports(dict):
         return self[name]
 
 
-EXPORTS = {"classifier": "sentiment", "pairs": "pairs", "embedder": "embedder/7", "tagger": "tagger", "qa": "qa",
+EXPORTS = {"classifier": "sentiment", "pairs": "pairs", "regression": "similarity", "multi_label": "emotions", "embedder": "embedder/7", "tagger": "tagger", "qa": "qa",
            "masked_lm": "masked_lm", "pretrainer": "pretrainer"}
 
 
@@ -120,6 +120,9 @@ def exports(minilm_dir, tmp_path_factory):
     models = {
         "classifier": kbert.BertClassifier(tiny_backbone(), 2, preprocessor, class_names=["negative", "positive"]),
         "pairs": kbert.BertClassifier(tiny_backbone(), 3, preprocessor),
+        "regression": kbert.BertClassifier(tiny_backbone(), 1, preprocessor),
+        "multi_label": kbert.BertClassifier(tiny_backbone(), 3, preprocessor, class_names=["joy", "anger", "fear"],
+                                            problem_type="multi_label_classification", threshold=0.45),
         "embedder": kbert.BertTextEmbedder(tiny_backbone(), preprocessor),
         "tagger": kbert.BertTokenClassifier(tiny_backbone(), 3, preprocessor, class_names=["O", "B-LOC", "I-LOC"]),
         # Windows of 32 tokens, 8 apart: the long contexts take several.
@@ -302,6 +305,40 @@ def test_served_question_answerer_reads_windows_like_predict(exports):
     np.testing.assert_allclose(served["score"], [p["score"] for p in predicted], atol=1e-4)
     for context, start, end, text in zip(CONTEXTS, served["start"], served["end"], served["strings"]["answer"]):
         assert context[start:end] == text != ""
+
+
+@once
+def test_served_question_answerer_with_a_null_score_margin_answers_nothing_like_answer(exports, tmp_path):
+    models, _, _ = exports
+    spans = models["qa"].answer(QUESTIONS, CONTEXTS)
+    # A margin that leaves some questions unanswered and answers the others.
+    differences = sorted(s["null_score"] - s["score"] for s in spans)
+    margin = float(differences[0] + differences[1]) / 2
+    strict = kbert.BertQuestionAnswerer(models["qa"].backbone, models["qa"].preprocessor, stride=8,
+                                        max_question_length=12, max_answer_length=6, null_score_margin=margin)
+    strict.get_layer("span_logits").set_weights(models["qa"].get_layer("span_logits").get_weights())
+    predicted = strict.answer(QUESTIONS, CONTEXTS)
+    assert "" in [p["answer"] for p in predicted] and {p["answer"] for p in predicted} != {""}
+    served = serve({"qa": (strict.export(str(tmp_path / "qa")), {"question": QUESTIONS, "context": CONTEXTS})})["qa"]
+    assert served["strings"]["answer"] == [p["answer"] for p in predicted]
+    assert list(zip(served["start"], served["end"])) == [(p["start"], p["end"]) for p in predicted]
+    np.testing.assert_allclose(served["score"], [p["score"] for p in predicted], atol=1e-4)
+    np.testing.assert_allclose(served["null_score"], [p["null_score"] for p in predicted], atol=1e-4)
+
+
+@once
+def test_served_regression_and_multi_label_classifiers_answer_like_classify(exports):
+    models, paths, _ = exports
+    pair_b = TEXTS[::-1]
+    served = serve({"regression": (paths["regression"], {"text": TEXTS, "text_pair": pair_b}),
+                    "multi_label": (paths["multi_label"], {"text": TEXTS})})
+    np.testing.assert_allclose(served["regression"]["score"], models["regression"].scores((TEXTS, pair_b)), atol=1e-5)
+    answers = models["multi_label"].classify(TEXTS)
+    assert [[label for label in row if label] for row in served["multi_label"]["strings"]["labels"]] == [
+        a["labels"] for a in answers]
+    assert any(a["labels"] for a in answers)
+    np.testing.assert_allclose(served["multi_label"]["probabilities"], [a["probabilities"] for a in answers],
+                               atol=1e-5)
 
 
 @once

@@ -196,3 +196,27 @@ def test_mini_batches_replay_their_dropout_masks(short_texts, monkeypatch):
     _, straight = fitted(tiny_embedder(short_texts, 0.3), epochs=1, mini_batch_size=4)
     assert max(np.abs(a - b).max() for a, b in zip(cached, initial)) > 1e-3
     assert max(np.abs(a - b).max() for a, b in zip(cached, straight)) < 1e-5
+
+
+def test_matryoshka_loss_equals_sentence_transformers_on_minilm(minilm_dir):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import losses
+
+    from kbert.training.contrastive import MatryoshkaLoss
+
+    model = SentenceTransformer(minilm_dir, device="cpu").eval()
+    dims, weights = [384, 128, 32], [1.0, 0.5, 2.0]
+    # Mismatched pairs: a loss of a few units, not of float32's rounding.
+    features = [model.tokenize(QUESTIONS), model.tokenize(PASSAGES[::-1])]
+    with torch.no_grad():
+        theirs = losses.MatryoshkaLoss(model, losses.MultipleNegativesRankingLoss(model), dims, weights)(features, None)
+    embedder = kbert.BertTextEmbedder.from_preset(minilm_dir)
+    embeddings = np.stack([embedder.encode(QUESTIONS), embedder.encode(PASSAGES[::-1])], axis=1)
+    loss = MatryoshkaLoss(MultipleNegativesRankingLoss(), dims, weights)
+    assert float(theirs) > 1
+    np.testing.assert_allclose(float(to_numpy(loss(np.zeros(6), embeddings))), float(theirs), rtol=1e-4)
+    restored = MatryoshkaLoss.from_config(loss.get_config())  # saved in a compile config
+    assert (restored.dims, restored.weights, type(restored.loss)) == (dims, weights, MultipleNegativesRankingLoss)
+    with pytest.raises(ValueError, match="go past the embedding's 384"):
+        MatryoshkaLoss(CoSENTLoss(), [512, 64])(SCORES[:6], embeddings)
