@@ -67,7 +67,7 @@ class BertTokenClassifier(BertClassifier):
         # Accuracy over tagged words (weight 1), not other pieces or padding.
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
-    def classify(self, texts, batch_size=32):
+    def classify(self, *args, **kwargs):
         """Not for a token classifier: it labels each word, not each text.
         Refused, pointing to `tags` (each word's tag) and `entities`, rather
         than a second way to get the same per-word answers."""
