@@ -77,6 +77,16 @@ class BertTokenClassifier(BertClassifier):
         # Accuracy over tagged words (weight 1), not other pieces or padding.
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
+    def classify(self, *args, **kwargs):
+        """Not for a token classifier: it labels each word, not each text.
+        Refused, pointing to `tags` (each word's tag) and `entities`, rather
+        than a second way to get the same per-word answers."""
+        raise TypeError(
+            "BertTokenClassifier labels each word, not each text, so it has no classify: call "
+            "model.tags(texts) for each word's tag and probability, or model.entities(texts) for the "
+            "entities (PER, LOC, ...) in each text."
+        )
+
     def tags(self, texts, batch_size=32):
         """Each word's tag and its probability.
 

@@ -11,7 +11,7 @@ import h5py
 import keras
 
 from kbert.models.bert_backbone import BertBackbone
-from kbert.presets import files, huggingface, loading, reader, tokenizer_files
+from kbert.presets import files, huggingface, loading, reader, tokenizer_files, weight_check
 from kbert.text import BertTokenizer
 
 TASK_WEIGHTS = "task.weights.h5"
@@ -88,7 +88,7 @@ def load_task_weights(model, path):
             saved = [f[HEAD][str(i)] for i in range(len(f[HEAD]))]
             _load_head(model, path, saved)
             return
-    model.load_weights(path)
+    loading.load_keras_weights(model, path)
 
 
 def _load_head(model, path, saved):
@@ -102,8 +102,11 @@ def _load_head(model, path, saved):
             "arguments that change the head (such as num_classes) to load the saved one, or build the task "
             "from a backbone preset to start a new head."
         )
-    for variable, dataset in zip(variables, saved):
-        variable.assign(dataset[()])
+    values = [dataset[()] for dataset in saved]
+    names = [f"{d.name.lstrip('/')} ({variable.path})" for d, variable in zip(saved, variables)]
+    weight_check.check((weight_check.problem(name, value) for name, value in zip(names, values)), path)
+    for variable, value in zip(variables, values):
+        variable.assign(value)
 
 
 def task_from_preset(cls, preset, sequence_length, kwargs):
@@ -130,7 +133,7 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
         same_task = saved.get("class") == cls.__name__
         model = cls(backbone=backbone, preprocessor=preprocessor,
                     **{**(saved["config"] if same_task else {}), **kwargs})
-        backbone.load_weights(preset.weights_path)
+        loading.load_keras_weights(backbone, preset.weights_path)
         if same_task:
             load_task_weights(model, os.path.join(preset.folder, TASK_WEIGHTS))
         elif saved:

@@ -16,7 +16,7 @@ import os
 
 from safetensors.numpy import save_file
 
-from kbert.presets import files, huggingface, to_transformers, tokenizer_files
+from kbert.presets import files, huggingface, to_transformers, tokenizer_files, weight_check
 
 MODULES = "modules.json"
 SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
@@ -226,7 +226,9 @@ def _dense_weights(path):
     (read with PyTorch's `weights_only=True`, which refuses anything else)."""
     for name in files.WEIGHT_FILES:
         if os.path.exists(os.path.join(path, name)):
-            return huggingface.read_checkpoint(os.path.join(path, name))
+            tensors = huggingface.read_checkpoint(os.path.join(path, name))
+            weight_check.check_tensors(tensors, os.path.join(path, name))  # it holds the Dense layer's alone
+            return tensors
     raise FileNotFoundError(f"The Dense module in {path} has no weights: expected {' or '.join(files.WEIGHT_FILES)}.")
 
 

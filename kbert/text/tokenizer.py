@@ -42,6 +42,27 @@ def write_vocabulary(vocabulary, path):
         f.writelines(token + "\n" for token in vocabulary)
 
 
+def _once_each(tokens):
+    """The vocabulary as the WordPiece kernel takes it, each token once.
+
+    A vocab.txt may repeat a line. transformers' BertTokenizer and
+    BertTokenizerFast read it as a map from token to line number, so the
+    token gets its last line's id and no text gets the earlier ones. Each
+    earlier line becomes a stand-in holding a space, which no word holds
+    (words are split at spaces), so ids stay line numbers."""
+    last = {token: i for i, token in enumerate(tokens)}
+    taken = set(tokens)
+    once = []
+    for i, token in enumerate(tokens):
+        if last[token] != i:
+            token = f" {token} (line {i + 1}, repeated)"
+            while token in taken:
+                token += " "
+            taken.add(token)
+        once.append(token)
+    return once
+
+
 def _map_rows(condition, if_true, if_false):
     """Calls `if_true` with the indices of rows where `condition` holds and
     `if_false` with the others, then puts the rows of their results in order."""
@@ -92,7 +113,7 @@ class _Tokenization:
             maybe += [any_of_pattern([t.lower() if lowercase else t for t in self.special_tokens])]
         self.needs_words = f"(?s).*(?:{'|'.join(maybe)}).*"
         self.wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=list(vocabulary),
+            vocab=_once_each(vocabulary),
             suffix_indicator=SUFFIX_INDICATOR,
             # Words of more than MAX_CHARS_PER_WORD characters never reach it
             # (they are [UNK] already), so the byte limit must never bite.

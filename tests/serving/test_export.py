@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kbert
+from kbert.cli import main
 
 HOSTILE = [
     "",
@@ -363,6 +364,20 @@ def test_served_masked_lm_fills_every_mask_like_fill_mask(exports):
     nsp = keras.ops.convert_to_numpy(models["pretrainer"].predict(features, verbose=0)["nsp_logits"])
     is_next = np.exp(nsp[:, 0]) / np.exp(nsp).sum(-1)
     np.testing.assert_allclose(answers["pretrainer"]["next_sentence_probability"], is_next, atol=1e-5)
+
+
+@once
+def test_serve_check_and_the_cli_decode_the_string_outputs_of_every_rank(exports, capsys):
+    models, paths, _ = exports
+    # A tagger's words are [texts, words]; a masked LM's tokens [texts, masks, top_k].
+    assert main(["serve-check", paths["tagger"], "--text", TEXTS[0], "--text", TEXTS[1]]) == 0
+    tagged = json.loads(capsys.readouterr().out)
+    for row, sentence in enumerate(models["tagger"].tags(TEXTS[:2])):
+        assert tagged["words"][row][: len(sentence)] == [w for w, _, _ in sentence]
+        assert tagged["label"][row][: len(sentence)] == [t or "" for _, t, _ in sentence]
+    filled = kbert.serving.serve_check(paths["masked_lm"], text=MASKED[:2])
+    expected = models["masked_lm"].fill_mask(MASKED[:2], top_k=3)
+    assert [filled["tokens"][0][0], *filled["tokens"][1]] == [[t for t, _ in g] for g in [*expected[0], *expected[1]]]
 
 
 @once

@@ -132,6 +132,24 @@ def test_ids_match_hugging_face_for_each_option(options):
     assert differing(ours, hf_ids(hf, HARD_TEXTS), HARD_TEXTS) == []
 
 
+@pytest.mark.parametrize("tokenize_chinese_chars", [True, False])
+def test_a_vocabulary_with_repeated_lines_gives_hugging_faces_ids(tmp_path, tokenize_chinese_chars):
+    # transformers maps each token to its last line: "fox" written over
+    # [unused5] comes before fox's own line; "the", "##s", [UNK] and [MASK]
+    # repeated at the end come after theirs.
+    lines = Path(MINILM, "vocab.txt").read_text(encoding="utf-8").splitlines()
+    lines[6] = "fox"
+    lines += ["the", "##s", "[UNK]", "[MASK]"]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    texts = ["The fox jumps over the [MASK] foxes.", "an unseenword ⿰ the"] + HARD_TEXTS
+    hf = BertTokenizerFast(vocab=str(path), tokenize_chinese_chars=tokenize_chinese_chars)
+    ours = BertTokenizer(str(path), tokenize_chinese_chars=tokenize_chinese_chars)
+    assert differing(ours(texts).to_list(), hf_ids(hf, texts), texts) == []
+    assert ours.token_to_id("the") == len(lines) - 4 and ours.unk_id == len(lines) - 2
+    assert ours.vocabulary_size == len(lines)
+
+
 def test_ids_match_hugging_face_with_a_cased_vocabulary(tmp_path, mr_lines):
     vocabulary_file = str(tmp_path / "vocab.txt")
     # The hard texts' characters, one a word: their long words would make
