@@ -49,7 +49,7 @@ LEARNING_RATE, WEIGHT_DECAY, EPSILON, WARMUP, CLIPNORM, BATCH = 5e-5, 0.01, 1e-8
 def settings(args):
     """What a run does: the full check, or the smoke test's small version."""
     if args.smoke:
-        return dict(shape=TINY, sizes=[(4, 32), (2, 64)], steps=3, train_sentences=64, test_sentences=64,
+        return dict(shape=TINY, sizes=[(2, 16), (2, 32)], steps=2, train_sentences=32, test_sentences=32,
                     epochs=1)
     return dict(shape=BASE, sizes=[(32, 128), (8, 512)], steps=20, train_sentences=None, test_sentences=None,
                 epochs=args.epochs)
