@@ -119,9 +119,10 @@ def fuses_attention(dropout=False):
     (queries scaled, the mask added as a bias, softmax, and the two einsums)
     where no probabilities are needed; `dropout`: with dropout on the
     probabilities, in training. PyTorch's `scaled_dot_product_attention`
-    (with its `dropout_p` too) and JAX's `jax.nn.dot_product_attention`
-    (without dropout) fuse it; TensorFlow's runs as separate ops, scaling and
-    masking the `[batch, heads, length, length]` logits in float32."""
+    fuses it (with dropout on a GPU only: on a CPU its kernel with dropout is
+    the unfused one), JAX's `jax.nn.dot_product_attention` without dropout;
+    TensorFlow's runs as separate ops, scaling and masking the `[batch,
+    heads, length, length]` logits in float32."""
     return _current().fuses_attention(dropout)
 
 
