@@ -26,6 +26,7 @@ PRIMITIVES = (
     "dropout_add",
     "exact_bfloat16_softmax",
     "fuses_attention",
+    "attention",
     "fuses_adamw",
     "adamw_step",
     "adam_update",
@@ -113,14 +114,29 @@ def exact_bfloat16_softmax(with_gradient):
     return _current().exact_bfloat16_softmax(with_gradient)
 
 
-def fuses_attention():
-    """Whether `keras.ops.dot_product_attention` is faster than attention
-    written out (queries scaled, the mask added as a bias, softmax, and the
-    two einsums) where no probabilities are needed: PyTorch's
-    `scaled_dot_product_attention` and JAX's XLA fuse it; TensorFlow's runs
-    as separate ops, scaling and masking the `[batch, heads, length, length]`
-    logits in float32."""
-    return _current().fuses_attention()
+def fuses_attention(dropout=False):
+    """Whether `attention` (fused) is faster than attention written out
+    (queries scaled, the mask added as a bias, softmax, and the two einsums)
+    where no probabilities are needed; `dropout`: with dropout on the
+    probabilities, in training. PyTorch's `scaled_dot_product_attention`
+    fuses it (with dropout on a GPU only: on a CPU its kernel with dropout is
+    the unfused one), JAX's `jax.nn.dot_product_attention` without dropout;
+    TensorFlow's runs as separate ops, scaling and masking the `[batch,
+    heads, length, length]` logits in float32."""
+    return _current().fuses_attention(dropout)
+
+
+def attention(query, key, value, mask, dropout_rate=0.0):
+    """`softmax(query . key / sqrt(head_dim))`, keys where the boolean `mask`
+    is False left out, with dropout at `dropout_rate` on the probabilities,
+    times `value`: `keras.ops.dot_product_attention` with dropout. `query`
+    `[batch, query_length, heads, head_dim]`, `key` and `value` `[batch,
+    length, heads, head_dim]`, `mask` broadcastable to `[batch, heads,
+    query_length, length]` or None. Only where `fuses_attention(dropout_rate
+    > 0)`. PyTorch: one `scaled_dot_product_attention`, whose dropout draws
+    from PyTorch's own generator (seeded by `keras.utils.set_random_seed`),
+    not from a Keras `SeedGenerator`."""
+    return _current().attention(query, key, value, mask, dropout_rate)
 
 
 def fuses_adamw(variables):

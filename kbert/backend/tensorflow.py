@@ -93,7 +93,7 @@ def _graph_softmax_of_bfloat16_is_exact():
         return bool(tf.reduce_all(tf.function(tf.nn.softmax)(logits) == rounded))
 
 
-def fuses_attention():
+def fuses_attention(dropout=False):
     # `ops.dot_product_attention` is separate ops here, and scales and masks
     # the [batch, heads, length, length] logits in float32: written out
     # (the queries scaled, the mask added as a bias), attention takes fewer

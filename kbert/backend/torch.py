@@ -72,6 +72,27 @@ def exact_bfloat16_softmax(with_gradient):
     return True
 
 
+def fuses_attention(dropout=False):
+    # With dropout, a CPU's `scaled_dot_product_attention` falls back to its
+    # math kernel, which draws a float per probability (`bernoulli_`): the
+    # written-out attention with kbert's 16-bit masks is faster there
+    # (docs/benchmarks.md). A GPU's memory-efficient and flash kernels drop
+    # inside the kernel.
+    return not dropout or (get_device is not None and str(get_device()).startswith("cuda"))
+
+
+def attention(query, key, value, mask, dropout_rate=0.0):
+    # One `scaled_dot_product_attention`, dropout included: on a GPU its
+    # fused kernels (memory-efficient, flash) draw the dropout mask inside the
+    # kernel, so the [batch, heads, length, length] probabilities are never
+    # written out, forward or back. Its dropout draws from PyTorch's
+    # generator, which `keras.utils.set_random_seed` seeds.
+    context = torch.nn.functional.scaled_dot_product_attention(
+        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask=mask,
+        dropout_p=float(dropout_rate))
+    return context.transpose(1, 2)
+
+
 def fuses_adamw(variables):
     return _FUSED_ADAMW and all(keras.backend.standardize_dtype(v.dtype) == "float32" for v in variables)
 
