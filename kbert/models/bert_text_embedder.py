@@ -85,6 +85,10 @@ class BertTextEmbedder(Task):
             exported model put a prompt before the texts, [CLS] and the
             prompt's pieces are left out, as sentence-transformers counts
             them; `predict` and `fit` pool the texts as given.
+        truncate_dim: `encode` and the exported model give the first
+            `truncate_dim` values of each embedding (after any
+            normalization, as sentence-transformers' `truncate_dim`), for a
+            model trained with `MatryoshkaLoss`; `None`: all of them.
 
     Example:
     >>> embedder = kbert.BertTextEmbedder.from_preset(minilm_folder)
@@ -96,7 +100,7 @@ class BertTextEmbedder(Task):
     preprocessor_class = BertTextEmbedderPreprocessor
 
     def __init__(self, backbone, preprocessor=None, pooling="mean", normalize=True, dense=(), prompts=None,
-                 default_prompt_name=None, include_prompt=True, **kwargs):
+                 default_prompt_name=None, include_prompt=True, truncate_dim=None, **kwargs):
         modes = [pooling] if isinstance(pooling, str) else list(pooling)
         if not modes or any(m not in POOLING_MODES for m in modes):
             raise ValueError(f"pooling={pooling!r}: use one of {', '.join(POOLING_MODES)}, or a list of them.")
@@ -119,7 +123,9 @@ class BertTextEmbedder(Task):
             # comes back as an unhashable list.)
             norm = ops.sqrt(ops.sum(ops.square(embedding), axis=-1, keepdims=True))
             embedding = embedding / ops.maximum(norm, 1e-12)
+        _check_truncate_dim(truncate_dim, embedding.shape[-1])
         super().__init__(inputs=inputs, outputs=embedding, backbone=backbone, preprocessor=preprocessor, **kwargs)
+        self.truncate_dim = truncate_dim
         self.pooling = pooling if isinstance(pooling, str) else modes
         self.normalize = normalize
         self.dense = dense
@@ -136,7 +142,7 @@ class BertTextEmbedder(Task):
     def task_config(self):
         return {"pooling": self.pooling, "normalize": self.normalize, "dense": self.dense,
                 "prompts": self.prompts, "default_prompt_name": self.default_prompt_name,
-                "include_prompt": self.include_prompt}
+                "include_prompt": self.include_prompt, "truncate_dim": self.truncate_dim}
 
     def head_settings(self):
         # With the default prompt, which the exported model puts before each text.
@@ -178,12 +184,17 @@ class BertTextEmbedder(Task):
 
     # === Embedding and search ===
 
-    def encode(self, texts, prompt_name=None, prompt=None, batch_size=32):
+    def encode(self, texts, prompt_name=None, prompt=None, batch_size=32, truncate_dim=None):
         """Embeddings of `texts` as `SentenceTransformer.encode` gives them:
-        the prompt (see `prompt`) put before each text. Returns float32 numpy
-        `[len(texts), dim]`."""
+        the prompt (see `prompt`) put before each text, cut to
+        `truncate_dim` values (default: the model's `truncate_dim`). Returns
+        float32 numpy `[len(texts), dim]`."""
         if isinstance(texts, str):
             raise ValueError("encode takes a list of texts; pass [text].")
+        _check_truncate_dim(truncate_dim, self.output.shape[-1])
+        return self._encode(texts, prompt_name, prompt, batch_size)[:, :truncate_dim or self.truncate_dim]
+
+    def _encode(self, texts, prompt_name, prompt, batch_size):
         text = self.prompt(prompt_name, prompt)
         texts = [text + t for t in texts] if text else list(texts)
         if self.include_prompt or not text:
@@ -336,3 +347,8 @@ class BertTextEmbedder(Task):
             sequence_length = files.load_json(preset.folder, st.SENTENCE_BERT_CONFIG).get("max_seq_length")
         return super().preset_preprocessor(preset, sequence_length, backbone)
 
+
+def _check_truncate_dim(truncate_dim, dim):
+    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
+                                     or not 0 < truncate_dim <= dim):
+        raise ValueError(f"truncate_dim={truncate_dim!r}: the embedding has {dim} values; keep from 1 to {dim}.")

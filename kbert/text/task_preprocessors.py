@@ -269,8 +269,10 @@ class BertTextEmbedderPreprocessor(BertPreprocessor):
         def preprocess(texts):
             return self.features(tf.strings.join([text, texts]) if text else texts, head, skip, pad_to), None
 
-        return (preprocess, lambda embedding, _: {"embedding": tf.cast(embedding, tf.float32)},
-                [serving_text()], None)
+        def postprocess(embedding, _):
+            return {"embedding": tf.cast(embedding, tf.float32)[:, :head.get("truncate_dim")]}
+
+        return preprocess, postprocess, [serving_text()], None
 
 
 def _answer_chars(answers, contexts):

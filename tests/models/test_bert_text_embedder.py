@@ -37,6 +37,17 @@ def test_embeddings_equal_sentence_transformers_on_real_minilm(embedder, referen
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=-1), 1.0, atol=1e-5)
 
 
+def test_truncate_dim_cuts_as_sentence_transformers_does(embedder, minilm_dir):
+    import sentence_transformers
+
+    theirs = sentence_transformers.SentenceTransformer(minilm_dir, device="cpu", truncate_dim=128).encode(SENTENCES)
+    np.testing.assert_allclose(embedder.encode(SENTENCES, truncate_dim=128), theirs, atol=1e-4)  # not renormalized
+    cut = kbert.BertTextEmbedder.from_preset(minilm_dir, truncate_dim=64)
+    assert cut.get_config()["truncate_dim"] == 64 and cut.encode(SENTENCES[:2]).shape == (2, 64)
+    with pytest.raises(ValueError, match="truncate_dim=500: the embedding has 384 values"):
+        embedder.encode(SENTENCES, truncate_dim=500)
+
+
 def test_unnormalized_cls_pooling_is_the_cls_vector(embedder):
     cls_embedder = kbert.BertTextEmbedder(embedder.backbone, embedder.preprocessor, pooling="cls", normalize=False)
     inputs = embedder.preprocessor(SENTENCES[:2])

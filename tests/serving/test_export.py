@@ -342,6 +342,16 @@ def test_served_regression_and_multi_label_classifiers_answer_like_classify(expo
 
 
 @once
+def test_a_served_embedder_with_truncate_dim_answers_encodes_cut(exports, tmp_path):
+    models, _, _ = exports
+    embedder = models["embedder"]
+    cut = kbert.BertTextEmbedder(embedder.backbone, embedder.preprocessor, truncate_dim=8)
+    served = serve({"cut": (cut.export(str(tmp_path / "cut")), {"text": TEXTS})})["cut"]
+    assert np.asarray(served["embedding"]).shape == (len(TEXTS), 8)
+    np.testing.assert_allclose(served["embedding"], cut.encode(TEXTS), atol=1e-5)
+
+
+@once
 def test_served_masked_lm_fills_every_mask_like_fill_mask(exports):
     models, paths, _ = exports
     answers = serve({
