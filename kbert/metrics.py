@@ -7,7 +7,7 @@ import string
 from collections import Counter
 
 import numpy as np
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.text.token_classification import bio_entities
 

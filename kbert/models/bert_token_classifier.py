@@ -1,12 +1,12 @@
 """Token classification, e.g. named entities (BERT §4.3, CoNLL-2003 NER)."""
 
 import keras
-import tensorflow as tf
 
+from kbert import text
 from kbert.models import task_answers, task_inputs
 from kbert.models.bert_classifier import BertClassifier
 from kbert.text import token_classification as tc
-from kbert.text.task_preprocessors import BertTokenClassifierPreprocessor, as_word_lists, class_names
+from kbert.tf_if_present import tf
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -46,7 +46,7 @@ class BertTokenClassifier(BertClassifier):
     """
 
     classified_output = "sequence_output"
-    preprocessor_class = BertTokenClassifierPreprocessor
+    preprocessor_class = text.ByName("BertTokenClassifierPreprocessor")
     takes_pairs = False
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None,
@@ -87,12 +87,13 @@ class BertTokenClassifier(BertClassifier):
         if self.preprocessor is None:
             raise ValueError(task_inputs.no_preprocessor(self))
         preprocessor = self.preprocessor.with_padding(self.input_padding)
+        preprocessors = text.task_preprocessors  # (read here: it needs TensorFlow)
         results = []
         for i in range(0, len(texts), batch_size):
-            words = tf.ragged.constant(as_word_lists(texts[i:i + batch_size]), tf.string, ragged_rank=1)
+            words = tf.ragged.constant(preprocessors.as_word_lists(texts[i:i + batch_size]), tf.string, ragged_rank=1)
             features, first_pieces = tc.pack_words(preprocessor, words)
             logits = tf.convert_to_tensor(keras.ops.convert_to_numpy(task_inputs.predict_batch(self, features)))
-            tags = tc.word_tags(logits, first_pieces, class_names(self.head_settings()))
+            tags = tc.word_tags(logits, first_pieces, preprocessors.class_names(self.head_settings()))
             for sentence, labels, scores in zip(words.to_list(), tags["label"].to_list(), tags["score"].to_list()):
                 results.append([(w.decode(), t.decode() or None, float(s))
                                 for w, t, s in zip(sentence, labels, scores)])

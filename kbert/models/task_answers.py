@@ -11,7 +11,7 @@ import tempfile
 
 import keras
 import numpy as np
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.serving import saved_model
 from kbert.models import task_inputs

@@ -13,7 +13,7 @@ rows it has, and saves it as `serving_default`.
 import os
 import re
 
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.layers.fused_dense import weights_cast_once
 from kbert.serving.slices import in_length_order, token_counts

@@ -17,7 +17,7 @@ SQuAD paragraphs 17% slower than `predict` (MiniLM, 300 paragraphs, one
 process, alternating: 7.75 s against 6.64 s; 2,048 tokens: 5.80 s).
 """
 
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.text.offsets import cut_after_words
 

@@ -12,7 +12,7 @@ The steps, in Hugging Face's order:
    its own word.
 """
 
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.text._tf_text import regex_split_with_offsets, tf_text
 from kbert.text.ragged import merge_rows, repeat

@@ -3,7 +3,7 @@ ops; the base of each task's preprocessor (`kbert.text.task_preprocessors`)."""
 
 import keras
 import numpy as np
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.text import pipeline
 from kbert.text.offsets import cut_after_words

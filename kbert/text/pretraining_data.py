@@ -21,7 +21,7 @@ import json
 import math
 import os
 
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.text.masking import MaskedLMMaskGenerator
 # Writing the shards: `write_pretraining_data` and the format's file names,

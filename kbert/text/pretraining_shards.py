@@ -13,7 +13,7 @@ import os
 import random
 
 import numpy as np
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.text.masking import MaskedLMMaskGenerator
 from kbert.text.next_sentence import next_sentence_pairs, read_documents

@@ -9,7 +9,7 @@ same preprocessor serves any model it is given to."""
 
 import keras
 import numpy as np
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.text import pipeline
 from kbert.text import question_answering as qa

@@ -14,7 +14,7 @@ vocabulary (`vocab.txt`) and the tokenizer's preset files.
 
 import os
 
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 from kbert.presets import tokenizer_files
 from kbert.presets.files import get_preset_dir

@@ -9,7 +9,7 @@ multilingual vocabularies) picks the pieces.
 import collections
 import os
 
-import tensorflow as tf
+from kbert.tf_if_present import tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from kbert.text.pre_tokenization import pre_tokenize

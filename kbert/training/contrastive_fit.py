@@ -14,7 +14,7 @@ import numbers
 
 import keras
 import numpy as np
-import tensorflow as tf
+from kbert.tf_if_present import tf
 from keras import ops
 
 from kbert import backend
