@@ -7,9 +7,9 @@ import weakref
 
 import keras
 import numpy as np
-from kbert.tf_if_present import is_dataset, tf
 
 from kbert.text.pipeline import map_batches, slices, take, without_autotune
+from kbert.tf_if_present import is_dataset, tf
 
 
 def is_text_in_memory(x):

@@ -17,9 +17,9 @@ SQuAD paragraphs 17% slower than `predict` (MiniLM, 300 paragraphs, one
 process, alternating: 7.75 s against 6.64 s; 2,048 tokens: 5.80 s).
 """
 
-from kbert.tf_if_present import tf
 
 from kbert.text.offsets import cut_after_words
+from kbert.tf_if_present import tf
 
 # Rows of a request whose token counts are computed at once: bounds the
 # ragged token ids that counting holds (a request of 10,000 long texts would

@@ -4,6 +4,7 @@ wrong input fails at once, saying what to fix, on every backend (not after a
 trace, buried in a graph error, or not at all)."""
 
 import numpy as np
+
 from kbert.tf_if_present import is_dataset, tf
 
 

@@ -9,12 +9,12 @@ same preprocessor serves any model it is given to."""
 
 import keras
 import numpy as np
-from kbert.tf_if_present import tf
 
 from kbert.text import pipeline
 from kbert.text import question_answering as qa
 from kbert.text import token_classification as tc
 from kbert.text.preprocessor import BertPreprocessor, serving_text
+from kbert.tf_if_present import tf
 
 
 @keras.saving.register_keras_serializable(package="kbert")

@@ -6,6 +6,7 @@ import os
 import warnings
 
 import keras
+
 from kbert.tf_if_present import tf
 
 _METADATA = "training_metadata.json"  # keras.callbacks.BackupAndRestore's file
