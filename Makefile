@@ -4,6 +4,8 @@ VENV ?= .venv
 PYTHON = $(VENV)/bin/python
 BACKENDS ?= tensorflow jax torch
 NOTF_BACKENDS ?= jax torch
+NOTF_VENV ?= .venv-notf
+NOTF_PYTHON = $(NOTF_VENV)/bin/python
 
 .PHONY: demo test install compat-env compat-test notf-env $(addprefix test-,$(BACKENDS)) $(addprefix test-notf-,$(NOTF_BACKENDS))
 
@@ -24,6 +26,7 @@ demo: $(VENV)/.installed
 # so together they finish in about two thirds of the time one after the other
 # take on two cores. Each pass's output is printed whole when it ends.
 # PYTEST_ARGS picks tests: `make test PYTEST_ARGS=tests/models/test_bert_classifier.py`.
+# Without it, the passes without TensorFlow (test-notf-jax, test-notf-torch, below) follow.
 #
 # A pass killed by a signal shows where it died, then runs once more (a
 # second crash, or any failure, fails): faulthandler
@@ -40,7 +43,7 @@ PYTEST = $(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10 -o faulthand
 
 test: $(VENV)/.installed $(NOTF_VENV)/.installed
 	@$(MAKE) --no-print-directory -j$(words $(BACKENDS)) --output-sync=target $(addprefix test-,$(BACKENDS))
-	@$(MAKE) --no-print-directory $(addprefix test-notf-,$(NOTF_BACKENDS))
+	@$(if $(PYTEST_ARGS),,$(MAKE) --no-print-directory $(addprefix test-notf-,$(NOTF_BACKENDS)))
 
 $(addprefix test-,$(BACKENDS)): test-%: $(VENV)/.installed
 	@echo "=== KERAS_BACKEND=$* ==="; \
@@ -90,9 +93,6 @@ compat-test: $(COMPAT_VENV)/.installed
 # for PyTorch or JAX): Keras, JAX, PyTorch and what the model path reads
 # (safetensors, the Hugging Face hub), no tensorflow or tensorflow-text. kbert
 # comes from this tree without its dependencies, which would bring TensorFlow.
-NOTF_VENV ?= .venv-notf
-NOTF_PYTHON = $(NOTF_VENV)/bin/python
-
 $(NOTF_VENV)/.installed: pyproject.toml
 	python3 -m venv $(NOTF_VENV)
 	$(NOTF_PYTHON) -m pip install -q --upgrade pip
@@ -104,10 +104,12 @@ $(NOTF_VENV)/.installed: pyproject.toml
 notf-env: $(NOTF_VENV)/.installed
 
 # The model path where TensorFlow is absent, on JAX and PyTorch: layers,
-# backbones, presets, tasks and training helpers on token ids, and the
-# ImportError that text asks for (tests/test_no_tensorflow.py). Only the test
-# files that need no TensorFlow are named here.
-NOTF_TESTS = tests/test_no_tensorflow.py
+# backbones, Hugging Face checkpoints, optimizers, every task on token ids and
+# the ImportError that text asks for (tests/test_no_tensorflow.py, after
+# KerasHub's integration_tests/no_tensorflow_test.py). Only test files that
+# need no TensorFlow are named here; the others would fail, not skip.
+NOTF_TESTS = tests/test_no_tensorflow.py tests/layers tests/models/test_bert_backbone.py \
+	tests/presets/test_huggingface_import.py tests/training/test_optimizers.py
 $(addprefix test-notf-,$(NOTF_BACKENDS)): test-notf-%: $(NOTF_VENV)/.installed
 	@echo "=== KERAS_BACKEND=$* without TensorFlow ==="
 	KERAS_BACKEND=$* PYTHONFAULTHANDLER=1 $(NOTF_PYTHON) -m pytest -rs -p no:cacheprovider --durations=5 $(NOTF_TESTS)

@@ -34,7 +34,9 @@ print(json.dumps({"import": imported - start, "from_preset": loaded - imported,
 
 def run(backend, kbert_dir):
     env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": kbert_dir, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    result = subprocess.run([sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, check=True)
+    # Run from the checkout: `python -c` puts the working folder first on sys.path.
+    result = subprocess.run([sys.executable, "-c", _RUN], env=env, cwd=kbert_dir, capture_output=True, text=True,
+                            check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
