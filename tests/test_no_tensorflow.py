@@ -127,7 +127,7 @@ def test_every_task_fits_and_predicts_on_token_ids(task):
     assert all(np.isfinite(v).all() for v in keras.tree.flatten(model.predict(x, verbose=0)))
 
 
-def test_raw_text_is_refused_naming_tensorflow(minilm_dir, tmp_path):
+def test_raw_text_tf_data_and_export_are_refused_naming_tensorflow(minilm_dir, tmp_path):
     model = tiny_task("BertClassifier", num_classes=2)
     with pytest.raises(ImportError, match="TensorFlow is not installed.*pip install"):
         model.predict(["a fine film"])
@@ -135,6 +135,8 @@ def test_raw_text_is_refused_naming_tensorflow(minilm_dir, tmp_path):
         kbert.BertTokenizer.from_preset(minilm_dir)
     with pytest.raises(ImportError, match="TensorFlow is not installed.*pip install"):
         kbert.text.pretraining_dataset(str(tmp_path))
+    with pytest.raises(ImportError, match="pip install tensorflow"):  # (Keras' own SavedModel export says so)
+        model.export(str(tmp_path / "saved_model"))
 
 
 def test_search_and_metrics_run_without_tensorflow():
