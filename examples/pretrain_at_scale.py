@@ -37,6 +37,7 @@ import argparse
 import csv
 import gzip
 import os
+import shutil
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -174,6 +175,9 @@ def main():
     # Backbone, both heads and the vocabulary: BertMaskedLM.from_preset(preset)
     # fills in blanks, BertClassifier.from_preset(preset, ...) fine-tunes from it.
     preset = os.path.join(args.run_dir, "preset")
+    # save_to_preset writes a new folder: a resumed run replaces the preset
+    # that an earlier run of this same model left there.
+    shutil.rmtree(preset, ignore_errors=True)
     model.save_to_preset(preset)
     print(f"pre-trained preset in {preset}; logs: tensorboard --logdir {os.path.join(args.run_dir, 'logs')}")
 

@@ -45,11 +45,11 @@ FILL_MASK_SENTENCES = [
 ]
 
 
-def pretrain(args, folder):
-    """Steps 1-3; saves the pre-trained backbone and tokenizer as a preset in `folder`."""
+def pretrain(args, folder, scratch):
+    """Steps 1-3; saves the pre-trained backbone and tokenizer as a preset in
+    `folder` (new or empty), learning the vocabulary in `scratch`."""
     start = time.time()
-    vocabulary_path = os.path.join(folder, "vocab.txt")
-    os.makedirs(folder, exist_ok=True)
+    vocabulary_path = os.path.join(scratch, "vocab.txt")
     kbert.text.train_wordpiece_vocabulary([AUSTEN], args.vocabulary_size, output=vocabulary_path)
     tokenizer = kbert.BertTokenizer(vocabulary_path)
     pieces = [tokenizer.id_to_token(int(i)) for i in tokenizer(["Elizabeth's cinematographer"])[0]]
@@ -129,15 +129,15 @@ def main():
     parser.add_argument("--mr-sequence-length", type=int, default=64)
     parser.add_argument("--finetune-learning-rate", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default=None, help="folder for the pre-trained preset (default: a temporary one)")
+    parser.add_argument("--output", default=None, help="a new folder for the pre-trained preset (default: a temporary one)")
     args = parser.parse_args()
     if args.hidden_dim % 64:
         parser.error(f"--hidden-dim {args.hidden_dim} is not a multiple of 64; try 128 or 256.")
 
     keras.utils.set_random_seed(args.seed)
     with tempfile.TemporaryDirectory() as scratch:
-        folder = args.output or scratch
-        pretrain(args, folder)
+        folder = args.output or os.path.join(scratch, "preset")
+        pretrain(args, folder, scratch)
         finetune_mr(args, folder)
 
 

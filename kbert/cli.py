@@ -10,17 +10,21 @@
 Only the standard library is imported here: kbert, Keras and TensorFlow load
 when a subcommand runs. The console script loads this module through
 `kbert_cli.py`, outside the package, so that `kbert --help` and argument
-mistakes answer at once (in 0.04 s instead of 7).
+mistakes answer at once, without the seconds that loading Keras and
+TensorFlow takes (docs/benchmarks.md, "Measurements behind the code").
 """
 
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 
 # Both import only the standard library (kbert_cli.py loads them on their own).
-from kbert.cli_data import UsageError, encode_labels, model_label_ids, read_table
+from kbert.cli_data import (
+    PROBLEM_TYPES, UsageError, encode_labels, label_lists, model_label_ids, problem_type, read_table, scores,
+)
 from kbert.presets.registry import format_presets, parameter_count
 
 # Before TensorFlow is imported (it reads this once): no INFO/WARNING lines
@@ -69,27 +73,67 @@ def _train(args):
 
     import numpy as np
 
+    _check_output(args.output, args.overwrite)  # before hours of training, not after
     kbert = _import_kbert()
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
-    label_ids, class_names = encode_labels(table.labels, args.num_classes, table.places)
-    num_classes = args.num_classes or (len(class_names) if class_names else max(label_ids) + 1)
-    if num_classes < 2:
+    kind = problem_type(table.labels, args.problem_type, args.label_separator)
+    if kind == "regression":
+        labels, num_classes, class_names = scores(table.labels, table.places), 1, None
+    elif kind == "multi_label_classification":
+        labels, class_names = label_lists(table.labels, args.label_separator)
+        num_classes = len(class_names)
+    else:
+        label_ids, class_names = encode_labels(table.labels, args.num_classes, table.places)
+        num_classes = args.num_classes or (len(class_names) if class_names else max(label_ids) + 1)
+        # Named labels are mapped by the model itself, through the class names chosen above.
+        labels = table.labels if class_names else np.array(label_ids)
+    if num_classes < 2 and kind != "regression":
         raise UsageError(f"{args.data} has a single class; a classifier needs at least two.")
     with warnings.catch_warnings():
         # A pre-trained backbone without this head is what fine-tuning starts
         # from: the warning is for users of from_preset who would not train.
         warnings.filterwarnings("ignore", message=".*head starts from its initialisation")
         model = kbert.BertClassifier.from_preset(
-            _preset(args.preset), num_classes=num_classes, class_names=class_names,
+            _preset(args.preset), num_classes=num_classes, class_names=class_names, problem_type=kind,
             sequence_length=args.sequence_length, dtype=args.dtype,
         )
-    # Named labels are mapped by the model itself, through the class names chosen above.
-    labels = table.labels if class_names else np.array(label_ids)
+    print(f"Training a {kind.replace('_', ' ')} model on {len(table.labels)} examples.")
     model.fit(table.texts, labels, batch_size=args.batch_size, epochs=args.epochs)
-    model.save_to_preset(args.output)
-    with open(os.path.join(args.output, "cli.json"), "w") as f:
-        json.dump({"pairs": bool(args.text_pair_column)}, f)
+    _save(model, args.output, {"pairs": bool(args.text_pair_column), "label_separator": args.label_separator})
     print(f"Saved the fine-tuned classifier to {args.output}")
+
+
+def _check_output(folder, overwrite):
+    """Refuses an --output that holds anything, unless --overwrite is given
+    and it holds a kbert model (a trained model is hours of work; any other
+    folder, such as the current one, is never emptied)."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"--output {folder} is a file; give a folder to save the model in.")
+    if not os.path.isdir(folder) or not os.listdir(folder):
+        return
+    if not overwrite:
+        raise UsageError(f"--output {folder} is not empty: give a new folder, or --overwrite to replace the "
+                         "model saved there.")
+    if not os.path.exists(os.path.join(folder, "kbert_config.json")):
+        raise UsageError(f"--output {folder} holds files that are not a kbert model (no kbert_config.json); "
+                         "--overwrite replaces only a model saved by `kbert train`. Give a new folder.")
+
+
+def _save(model, folder, settings):
+    """Saves the model and the command's settings beside `folder`, then puts
+    them in its place: an error while saving leaves the model that was
+    there, if any."""
+    staging = f"{os.path.normpath(folder)}.saving-{os.getpid()}"
+    try:
+        model.save_to_preset(staging)
+        with open(os.path.join(staging, "cli.json"), "w") as f:
+            json.dump(settings, f)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if os.path.isdir(folder):  # empty, or checked by _check_output
+        shutil.rmtree(folder)
+    os.rename(staging, folder)
 
 
 def _evaluate(args):
@@ -97,8 +141,9 @@ def _evaluate(args):
 
     model = _load(args.model)
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
-    label_ids = model_label_ids(table.labels, model, table.places)
-    results = model.evaluate(table.texts, np.array(label_ids), batch_size=args.batch_size, return_dict=True)
+    labels = model_label_ids(table.labels, model, table.places,
+                             _cli_settings(args.model).get("label_separator", "|"))
+    results = model.evaluate(table.texts, np.asarray(labels), batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: round(float(v), 6) for k, v in results.items()}))
 
 
@@ -113,7 +158,11 @@ def _predict(args):
     names = model.class_names or [str(i) for i in range(model.num_classes)]
     for text, answer in zip(texts[0] if isinstance(texts, tuple) else texts,
                             model.classify(texts, batch_size=args.batch_size)):
-        print(json.dumps({"text": text, "label": answer["label"],
+        if "score" in answer:
+            print(json.dumps({"text": text, "score": round(answer["score"], 4)}))
+            continue
+        label = {"labels": answer["labels"]} if "labels" in answer else {"label": answer["label"]}
+        print(json.dumps({"text": text, **label,
                           "probabilities": {n: round(p, 4) for n, p in zip(names, answer["probabilities"])}}))
 
 
@@ -246,7 +295,15 @@ def build_parser():
     p.add_argument("--preset", default="minilm", metavar="PRESET",
                    help="pre-trained model: a name from `kbert presets` (minilm: all-MiniLM-L6-v2), "
                         "hf://owner/name, or a folder")
-    p.add_argument("--output", required=True, metavar="FOLDER", help="folder to save the fine-tuned model in")
+    p.add_argument("--output", required=True, metavar="FOLDER",
+                   help="a new (or empty) folder to save the fine-tuned model in")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the model that an earlier `kbert train` saved in --output")
+    p.add_argument("--problem-type", default="auto", choices=("auto",) + PROBLEM_TYPES,
+                   help="auto: multi-label where a label holds --label-separator, regression where the labels are "
+                        "numbers not all whole, else single-label classification")
+    p.add_argument("--label-separator", default="|", metavar="SEP",
+                   help="joins the class names of a text's labels, for multi-label classification")
     p.add_argument("--num-classes", type=_count(2), metavar="N",
                    help="number of classes, for integer labels where some class ids are absent from the data "
                         "(default: the number of labels found)")
@@ -307,6 +364,13 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+    except BrokenPipeError:
+        # The reader stopped reading (`kbert presets | head`): not an error
+        # of the command. Python would flush stdout again at exit and print
+        # the error there: what is left goes to /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a command ended by SIGPIPE: 128 + 13
     except UsageError as e:
         if args.debug:
             raise

@@ -5,6 +5,7 @@ Only the standard library is imported here (see kbert/cli.py)."""
 
 import collections
 import csv
+import math
 import os
 
 # Python's csv module refuses fields over 131,072 characters, which a long
@@ -21,12 +22,26 @@ class UsageError(Exception):
 Table = collections.namedtuple("Table", ["texts", "labels", "places"])
 
 
+# Byte order marks of the encodings that are not UTF-8, UTF-32's first:
+# UTF-32-LE's begins with UTF-16-LE's.
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
 def _utf8_lines(file, path):
     """The lines of a file opened in binary, as text. Decoding line by line
     lets a byte that is not UTF-8 be reported by line and column; the BOM
     that Excel and Notepad write is dropped rather than read into the first
-    column's name."""
+    column's name, and a UTF-16 or UTF-32 one (Excel's "Unicode Text",
+    PowerShell's `>`) is named, with how to convert the file."""
     for number, line in enumerate(file, 1):
+        encoding = next((name for bom, name in _OTHER_BOMS if line.startswith(bom)), None) if number == 1 else None
+        if encoding:
+            raise UsageError(
+                f"{path} is {encoding} text (it starts with a {encoding} byte order mark); kbert reads UTF-8. "
+                f"Save it as UTF-8 (e.g. `iconv -f {encoding.lower()} -t utf-8 in.csv > out.csv`, or Excel's "
+                "\"CSV UTF-8\")."
+            )
         try:
             yield line.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as e:
@@ -42,6 +57,10 @@ def read_table(path, text_column, label_column=None, text_pair_column=None, max_
     TSV file with a header row; at most `max_examples` rows. Every row must
     have as many fields as the header: a row with more or fewer fields is
     refused, naming the line it starts on."""
+    if os.path.isdir(path):
+        inside = sorted(name for name in os.listdir(path) if name.endswith((".csv", ".tsv", ".tab")))
+        raise UsageError(f"{path} is a directory; give a CSV or TSV file "
+                         + (f"(it holds {_listing(inside)})." if inside else "(it holds none)."))
     if not os.path.isfile(path):
         raise UsageError(f"No such data file: {path}")
     tsv = path.endswith((".tsv", ".tab"))
@@ -56,6 +75,7 @@ def read_table(path, text_column, label_column=None, text_pair_column=None, max_
             try:
                 header = next(reader, [])
                 end = reader.line_num
+                _check_unique(path, header)
                 missing = [c for c in wanted if c not in header]
                 if missing:
                     raise UsageError(
@@ -99,6 +119,19 @@ def read_table(path, text_column, label_column=None, text_pair_column=None, max_
                 raise UsageError(f"{place}: the label (column {label_column!r}) is empty. "
                                  "Every row needs a label: fill it in or remove the row.")
     return Table(texts, labels, places)
+
+
+def _check_unique(path, header):
+    """Refuses a header that names a column twice: rows are read by name, so
+    all but the last of those columns would be dropped without a word."""
+    repeated = [name for i, name in enumerate(header) if name in header[:i]]
+    if repeated:
+        name = repeated[0]
+        places = [str(i + 1) for i, c in enumerate(header) if c == name]
+        raise UsageError(
+            f"{path}: the header names column {name!r} {len(places)} times (columns {', '.join(places)}), "
+            "so it is unclear which one to read. Rename the columns so that each name is unique."
+        )
 
 
 def _field_count_error(path, start, end, fields, header, tsv):
@@ -166,7 +199,48 @@ def encode_labels(labels, num_classes=None, places=None):
     return ids, None
 
 
-def model_label_ids(labels, model, places=None):
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+
+
+def problem_type(labels, chosen, separator):
+    """The problem type of a label column: `chosen`, or with "auto",
+    multi-label where a label holds `separator`, regression where every
+    label is a number and one is not whole, else single-label."""
+    if chosen != "auto":
+        return chosen
+    if any(separator in label for label in labels):
+        return "multi_label_classification"
+    if all(_is_number(label) for label in labels) and not all(_is_integer(label) for label in labels):
+        return "regression"
+    return "single_label_classification"
+
+
+def _is_number(label):
+    try:
+        return math.isfinite(float(label))
+    except ValueError:
+        return False
+
+
+def scores(labels, places=None):
+    """A regression column as float32 numbers, a label that is not one named."""
+    import numpy as np
+
+    if not all(_is_number(label) for label in labels):
+        label, where = _first(labels, lambda v: not _is_number(v), places)
+        raise UsageError(f"{where}: label {label!r} is not a number; a regression column holds numbers, "
+                         "e.g. similarity scores 0.0-5.0.")
+    return np.array([float(label) for label in labels], "float32")
+
+
+def label_lists(labels, separator):
+    """A multi-label column (names joined by `separator`) as lists of names,
+    and the class names found, in alphabetical order."""
+    lists = [[name.strip() for name in label.split(separator) if name.strip()] for label in labels]
+    return lists, sorted({name for names in lists for name in names})
+
+
+def model_label_ids(labels, model, places=None, separator="|"):
     """Label ids for a trained classifier, mapped by the model's own
     preprocessor as `fit` and `evaluate` map them (names through its
     `class_names`, never re-sorted; ids checked against `num_classes`); a
@@ -174,6 +248,14 @@ def model_label_ids(labels, model, places=None):
     import numpy as np
 
     head = model.head_settings()
+    if model.problem_type == "regression":
+        return scores(labels, places)
+    if model.problem_type == "multi_label_classification":
+        lists, _ = label_lists(labels, separator)
+        try:
+            return model.preprocessor.label_ids(lists, head)
+        except ValueError as error:
+            raise UsageError(f"{error} Labels are class names joined by {separator!r}.") from None
     # A file's ids are text: numbers for a model without class names.
     labels = [int(v) if not model.class_names and _is_integer(v) else v for v in labels]
 

@@ -16,7 +16,8 @@ import pytest
 from kbert.cli import build_parser, main
 from kbert.cli_data import MAX_FIELD_CHARS, UsageError, encode_labels
 
-MR = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "mr")
+DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
+MR = os.path.join(DATA, "mr")
 
 # The command line reads files and arguments, then calls the API that the
 # model tests check on every backend: it runs once, in the torch pass (the
@@ -89,6 +90,36 @@ def test_train_evaluate_predict_export_serve_check_round_trip(tmp_path, capsys, 
     served = json.loads(out)
     assert code == 0 and served["label"][0] == predictions[0]["label"]
     assert abs(served["probabilities"][0][1] - predictions[0]["probabilities"]["1"]) < 1e-3
+
+
+def test_train_a_regression_model_on_a_numeric_column_of_sentence_pairs(tmp_path, capsys, tiny_preset):
+    model = str(tmp_path / "stsb")
+    common = ["--text-column", "sentence1", "--text-pair-column", "sentence2", "--label-column", "score",
+              "--max-examples", "48"]
+    code, out, _ = run(capsys, "train", "--data", f"{DATA}/stsb/train_subset.tsv", *common, "--output", model,
+                       "--preset", tiny_preset, "--epochs", "1", "--sequence-length", "32", "--batch-size", "16")
+    assert code == 0 and "Training a regression model on 48 examples" in out  # scores such as 3.800
+    code, out, _ = run(capsys, "evaluate", "--model", model, "--data", f"{DATA}/stsb/test.tsv", *common)
+    assert code == 0 and set(json.loads(out.strip().splitlines()[-1])) == {"loss", "mae"}
+    code, out, _ = run(capsys, "predict", "--model", model, "--data", f"{DATA}/stsb/test.tsv", *common[:4],
+                       "--max-examples", "3")
+    assert code == 0 and [set(json.loads(line)) for line in out.strip().splitlines()] == [{"text", "score"}] * 3
+
+
+def test_train_a_multi_label_model_on_a_column_of_joined_names(tmp_path, capsys, tiny_preset):
+    model = str(tmp_path / "emotions")
+    common = ["--text-column", "text", "--label-column", "labels", "--max-examples", "64"]
+    # GoEmotions joins names with commas; evaluate reads the separator the model was trained with.
+    code, out, _ = run(capsys, "train", "--data", f"{DATA}/goemotions/train_subset.tsv", *common, "--output", model,
+                       "--label-separator", ",",
+                       "--preset", tiny_preset, "--epochs", "1", "--sequence-length", "32", "--batch-size", "16")
+    assert code == 0 and "Training a multi label classification model" in out
+    # (The classes are the names found in training: evaluated on those examples.)
+    code, out, _ = run(capsys, "evaluate", "--model", model, "--data", f"{DATA}/goemotions/train_subset.tsv", *common)
+    assert code == 0 and 0 <= json.loads(out.strip().splitlines()[-1])["accuracy"] <= 1
+    code, out, _ = run(capsys, "predict", "--model", model, "so happy for you", "that is awful")
+    answers = [json.loads(line) for line in out.strip().splitlines()]
+    assert code == 0 and all(isinstance(a["labels"], list) and len(a["probabilities"]) > 1 for a in answers)
 
 
 def test_train_from_a_bare_checkpoint_does_not_warn_that_the_head_is_untrained(tmp_path, capsys, minilm_dir):
@@ -179,6 +210,57 @@ def test_an_unclosed_quote_is_named_by_the_line_it_opens_on(tmp_path, capsys):
     data = write(tmp_path, "multiline.csv", 'text,label\n"two\nlines",1\nb,0,x\n')
     code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"))
     assert code == 2 and "multiline.csv, line 4: the row has 3 fields" in err
+
+
+def test_a_header_that_repeats_a_column_is_refused_naming_it(tmp_path, capsys):
+    # Read by name, the second "text" column used to replace the first.
+    data = write(tmp_path, "twice.tsv", "text\ttext\tlabel\na\tb\t1\nc\td\t0\n")
+    code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"))
+    assert code == 2 and "twice.tsv: the header names column 'text' 2 times (columns 1, 2)" in err
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_data_that_is_a_directory_is_named_a_directory(tmp_path, capsys):
+    write(tmp_path, "train.tsv", "text\tlabel\na\t1\n")
+    code, _, err = run(capsys, "train", "--data", str(tmp_path), "--output", str(tmp_path / "m"))
+    assert code == 2 and f"{tmp_path} is a directory; give a CSV or TSV file (it holds train.tsv)" in err
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_utf16_file_is_named_with_how_to_convert_it(tmp_path, capsys, encoding):
+    # Excel's "Unicode Text" and PowerShell's `>` write UTF-16 with a byte order mark.
+    bom = {"utf-16-be": "\ufeff"}.get(encoding, "")
+    data = write(tmp_path, "unicode.csv", (bom + "text,label\na fine film,1\n").encode(encoding))
+    code, _, err = run(capsys, "train", "--data", data, "--output", str(tmp_path / "m"))
+    name = encoding[:6].upper()
+    assert code == 2 and f"unicode.csv is {name} text (it starts with a {name} byte order mark)" in err
+    assert f"iconv -f {name.lower()} -t utf-8" in err
+
+
+def test_train_refuses_a_folder_that_is_not_empty_unless_told_to_overwrite(tmp_path, capsys, tiny_preset):
+    def train(labels, *more):
+        rows = "".join(f"film {i},{label}\n" for i, label in enumerate(labels))
+        data = write(tmp_path, "train.csv", "text,label\n" + rows)
+        return run(capsys, "train", "--data", data, "--preset", tiny_preset, "--output", str(tmp_path / "m"),
+                   "--epochs", "1", "--sequence-length", "8", "--dtype", "float32", *more)
+
+    def class_names():
+        with open(tmp_path / "m" / "kbert_config.json") as f:
+            return json.load(f)["task"]["config"]["class_names"]
+
+    assert train(["neg", "pos"])[0] == 0
+    code, _, err = train(["bad", "good"])
+    assert code == 2 and "--output " in err and "is not empty: give a new folder, or --overwrite" in err
+    assert class_names() == ["neg", "pos"]  # the first model, untouched
+    assert train(["bad", "good"], "--overwrite")[0] == 0
+    assert class_names() == ["bad", "good"] and sorted(os.listdir(tmp_path)) == ["m", "train.csv"]
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("not a model")
+    code, _, err = run(capsys, "train", "--data", str(tmp_path / "train.csv"), "--output", str(other), "--overwrite")
+    assert code == 2 and "holds files that are not a kbert model" in err
+    assert os.listdir(other) == ["notes.txt"]
 
 
 def test_integer_labels_must_be_every_class_id_unless_num_classes_is_given(tmp_path, capsys):
@@ -273,6 +355,21 @@ def test_presets_loads_neither_kbert_nor_tensorflow():
                                   ("kbert", "keras", "tensorflow", "numpy", "huggingface_hub"))
     assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr[-2000:]
     assert "bert-base-uncased" in result.stdout and "\nminilm: " in result.stdout
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly():
+    # `kbert presets | head -1`: here the pipe is closed before anything is written.
+    read, written = os.pipe()
+    os.close(read)
+    result = subprocess.run([sys.executable, "-m", "kbert_cli", "presets"], stdout=written, stderr=subprocess.PIPE,
+                            text=True, timeout=60)
+    os.close(written)
+    assert result.stderr == "" and result.returncode == 141
+
+
+def test_python_m_kbert_runs_the_command():
+    result = subprocess.run([sys.executable, "-m", "kbert", "--help"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.startswith("usage: kbert"), result.stderr[-2000:]
 
 
 def test_every_option_has_help_text_and_shows_its_default():

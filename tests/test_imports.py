@@ -28,6 +28,7 @@ RANKS = {
     "plots": 4,
     "cli": 5,
     "cli_data": 4,  # the command's input files, read by cli alone
+    "__main__": 6,  # `python -m kbert`, an entry point of the command
 }
 
 

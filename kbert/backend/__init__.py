@@ -26,6 +26,7 @@ PRIMITIVES = (
     "dropout_add",
     "exact_bfloat16_softmax",
     "fuses_attention",
+    "attention",
     "fuses_adamw",
     "adamw_step",
     "adam_update",
@@ -57,8 +58,8 @@ def dense(x, kernel, bias, activation=None, training=False):
     None, "gelu" (exact) or "gelu_approximate". TensorFlow: a 2-D `MatMul` +
     `BiasAdd` (one `_FusedMatMul`), the exact GELU in its Erf form (which
     oneDNN, where on, fuses into the matmul; cheaper than `tf.nn.gelu`'s
-    Erfc where not), in `training` with a hand-written gradient (3x faster
-    forward and back than autodiff's in bfloat16). PyTorch: `linear`
+    Erfc where not), in `training` with a hand-written gradient (faster
+    forward and back than autodiff's in bfloat16; docs/benchmarks.md). PyTorch: `linear`
     (`addmm`)."""
     return _current().dense(x, kernel, bias, activation, training)
 
@@ -67,9 +68,9 @@ def layer_norm(x, gamma, beta, epsilon, training=False):
     """LayerNorm over the last axis, `(x - mean) / sqrt(variance + epsilon)
     * gamma + beta`, computed in at least float32 and returned in `x`'s
     dtype, as `keras.ops.layer_normalization`. TensorFlow, in `training`:
-    with its gradient written out (in MiniLM's traced training step, 68 ops
-    fewer per LayerNorm than autodiff's through the mean and variance, most
-    of those shape arithmetic); on a CPU where every dimension is known, one
+    with its gradient written out (far fewer ops per LayerNorm in
+    a traced training step than autodiff's through the mean and variance,
+    most of those shape arithmetic; docs/benchmarks.md); on a CPU where every dimension is known, one
     XLA computation forward, and in training one back."""
     return _current().layer_norm(x, gamma, beta, epsilon, training)
 
@@ -113,14 +114,29 @@ def exact_bfloat16_softmax(with_gradient):
     return _current().exact_bfloat16_softmax(with_gradient)
 
 
-def fuses_attention():
-    """Whether `keras.ops.dot_product_attention` is faster than attention
-    written out (queries scaled, the mask added as a bias, softmax, and the
-    two einsums) where no probabilities are needed: PyTorch's
-    `scaled_dot_product_attention` and JAX's XLA fuse it; TensorFlow's runs
-    as separate ops, scaling and masking the `[batch, heads, length, length]`
-    logits in float32."""
-    return _current().fuses_attention()
+def fuses_attention(dropout=False):
+    """Whether `attention` (fused) is faster than attention written out
+    (queries scaled, the mask added as a bias, softmax, and the two einsums)
+    where no probabilities are needed; `dropout`: with dropout on the
+    probabilities, in training. PyTorch's `scaled_dot_product_attention`
+    fuses it (with dropout on a GPU only: on a CPU its kernel with dropout is
+    the unfused one), JAX's `jax.nn.dot_product_attention` without dropout;
+    TensorFlow's runs as separate ops, scaling and masking the `[batch,
+    heads, length, length]` logits in float32."""
+    return _current().fuses_attention(dropout)
+
+
+def attention(query, key, value, mask, dropout_rate=0.0):
+    """`softmax(query . key / sqrt(head_dim))`, keys where the boolean `mask`
+    is False left out, with dropout at `dropout_rate` on the probabilities,
+    times `value`: `keras.ops.dot_product_attention` with dropout. `query`
+    `[batch, query_length, heads, head_dim]`, `key` and `value` `[batch,
+    length, heads, head_dim]`, `mask` broadcastable to `[batch, heads,
+    query_length, length]` or None. Only where `fuses_attention(dropout_rate
+    > 0)`. PyTorch: one `scaled_dot_product_attention`, whose dropout draws
+    from PyTorch's own generator (seeded by `keras.utils.set_random_seed`),
+    not from a Keras `SeedGenerator`."""
+    return _current().attention(query, key, value, mask, dropout_rate)
 
 
 def fuses_adamw(variables):

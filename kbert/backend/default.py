@@ -51,8 +51,16 @@ def exact_bfloat16_softmax(with_gradient):
     return False
 
 
-def fuses_attention():
-    return True
+def fuses_attention(dropout=False):
+    # `keras.ops.dot_product_attention` has no dropout.
+    return not dropout
+
+
+def attention(query, key, value, mask, dropout_rate=0.0):
+    if dropout_rate:
+        raise ValueError(f"This backend's fused attention has no dropout (dropout_rate={dropout_rate}); "
+                         f"check `kbert.backend.fuses_attention(dropout=True)` and write attention out where False.")
+    return ops.dot_product_attention(query, key, value, mask=mask)
 
 
 def fuses_adamw(variables):

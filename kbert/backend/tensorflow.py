@@ -7,7 +7,7 @@ import functools
 import keras
 import tensorflow as tf
 
-from kbert.backend import default
+from kbert.backend import default, keras_private
 from kbert.backend.tensorflow_fused import (
     custom_gradient,
     erf_gelu,
@@ -57,8 +57,9 @@ def random_int16(shape, seed_generator):
 def _random_words(shape, seed_generator):
     """32 random bits per two elements of `shape`. A full-range draw
     (`minval=None`) takes the generator's words as they come, where Keras'
-    `randint` reduces each modulo its range: 3.1M words in 4.4 ms instead of
-    5.7-6.9 ms (2 cores). Seeded as Keras seeds its draws."""
+    `randint` reduces each modulo its range, which takes longer
+    (docs/benchmarks.md, "Measurements behind the code"). Seeded as Keras
+    seeds its draws."""
     if not isinstance(seed_generator, keras.random.SeedGenerator):
         return default.int32_bits_for_int16(shape, seed_generator)
     seed = seed_generator.next()
@@ -92,7 +93,7 @@ def _graph_softmax_of_bfloat16_is_exact():
         return bool(tf.reduce_all(tf.function(tf.nn.softmax)(logits) == rounded))
 
 
-def fuses_attention():
+def fuses_attention(dropout=False):
     # `ops.dot_product_attention` is separate ops here, and scales and masks
     # the [batch, heads, length, length] logits in float32: written out
     # (the queries scaled, the mask added as a bias), attention takes fewer
@@ -134,11 +135,9 @@ def embedding_rows(table, ids):
 
 
 def _in_stateless_scope():
-    try:
-        from keras.src.backend.common.stateless_scope import in_stateless_scope
-    except ImportError:
+    if not keras_private.available("in_stateless_scope"):
         return True  # take the default path
-    return in_stateless_scope()
+    return keras_private.get("in_stateless_scope")()
 
 
 def rows_once(gradient):

@@ -1,6 +1,6 @@
 """PyTorch's implementations of kbert's primitives.
 
-The only module of kbert that uses private APIs (`keras.src`,
+Uses private APIs (Keras' through `kbert.backend.keras_private`,
 `torch._fused_adamw_`); each is guarded, and without it the primitive falls
 back to its `keras.ops` default (same values; only the speed changes).
 """
@@ -10,15 +10,13 @@ import math
 import keras
 import torch
 
-from kbert.backend import default
+from kbert.backend import default, keras_private
 
-try:
-    # Keras' torch device and the torch.Generator it seeds from a
-    # SeedGenerator: not public API (keras.src), so guarded.
-    from keras.src.backend.torch.core import get_device
-    from keras.src.backend.torch.random import torch_seed_generator
-except ImportError:
-    get_device = torch_seed_generator = None
+# Keras' torch device and the torch.Generator it seeds from a SeedGenerator
+# (private Keras API), or None where this Keras has them not.
+get_device = torch_seed_generator = None
+if keras_private.available("get_device") and keras_private.available("torch_seed_generator"):
+    get_device, torch_seed_generator = keras_private.get("get_device"), keras_private.get("torch_seed_generator")
 
 # The fused AdamW kernel (what `torch.optim.AdamW(fused=True)` runs), with
 # this keyword signature and on CPU as well as on GPU since PyTorch 2.4.
@@ -72,6 +70,27 @@ def exact_bfloat16_softmax(with_gradient):
     # once: a float32 softmax's probabilities cast to bfloat16. Its gradient
     # is computed in float32 too, from those probabilities.
     return True
+
+
+def fuses_attention(dropout=False):
+    # With dropout, a CPU's `scaled_dot_product_attention` falls back to its
+    # math kernel, which draws a float per probability (`bernoulli_`): the
+    # written-out attention with kbert's 16-bit masks is faster there
+    # (docs/benchmarks.md). A GPU's memory-efficient and flash kernels drop
+    # inside the kernel.
+    return not dropout or (get_device is not None and str(get_device()).startswith("cuda"))
+
+
+def attention(query, key, value, mask, dropout_rate=0.0):
+    # One `scaled_dot_product_attention`, dropout included: on a GPU its
+    # fused kernels (memory-efficient, flash) draw the dropout mask inside the
+    # kernel, so the [batch, heads, length, length] probabilities are never
+    # written out, forward or back. Its dropout draws from PyTorch's
+    # generator, which `keras.utils.set_random_seed` seeds.
+    context = torch.nn.functional.scaled_dot_product_attention(
+        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask=mask,
+        dropout_p=float(dropout_rate))
+    return context.transpose(1, 2)
 
 
 def fuses_adamw(variables):

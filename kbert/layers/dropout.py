@@ -15,8 +15,8 @@ class Dropout(keras.layers.Dropout):
     Keras draws a random float per element (on PyTorch through
     `bernoulli_`, a quarter of a BERT training step on a CPU); this layer
     draws one 32-bit integer per two elements (on PyTorch one 64-bit integer
-    per four) and compares each 16-bit part with a threshold: about half the
-    time (a 32 x 12 x 128 x 128 bfloat16 tensor on PyTorch: 47 -> 24 ms). The
+    per four) and compares each 16-bit part with a threshold: fewer random
+    bits drawn, in about half the time (docs/benchmarks.md). The
     rate is exact to 1/65,536 (0.1 drops 6,554 / 65,536 = 0.100006 of the
     elements) and kept elements are scaled by one over the exact keep
     fraction, so the expected output equals the input, as with Keras' dropout.

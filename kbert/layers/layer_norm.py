@@ -8,9 +8,9 @@ from kbert import backend
 class LayerNorm(keras.layers.LayerNormalization):
     """`keras.layers.LayerNormalization` through `kbert.backend.layer_norm`:
     the same values (in the layer's compute dtype, as Keras'), and on
-    TensorFlow in training the gradient written out in float32: a
-    LayerNorm's gradient graph is 48 ops, against 116 from autodiff through
-    Keras' mean and variance (docs/benchmarks.md).
+    TensorFlow in training the gradient written out in float32: a graph of
+    fewer ops than autodiff's through Keras' mean and variance
+    (docs/benchmarks.md).
 
     Falls back to Keras' layer for anything but BERT's LayerNorm: over the
     last axis, with both `gamma` and `beta`, no RMS scaling.

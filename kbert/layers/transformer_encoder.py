@@ -123,10 +123,11 @@ class TransformerEncoder(keras.layers.Layer):
             mask = ops.equal(keys[:, :query_length, None], keys[:, None, :])[:, None]
         elif padding_mask is not None:
             mask = ops.cast(padding_mask, "bool")[:, None, None, :]
-        dropout_active = training and self.dropout > 0
-        if not (return_attention_scores or dropout_active) and backend.fuses_attention():
-            # Fused attention where the backend has it; no probabilities needed.
-            context = ops.dot_product_attention(q, k, v, mask=mask)
+        dropout_rate = self.attention_dropout.rate if training else 0.0
+        if not return_attention_scores and backend.fuses_attention(dropout=dropout_rate > 0):
+            # Fused attention where the backend has it (on PyTorch with the
+            # dropout too); no probabilities needed.
+            context = backend.attention(q, k, v, mask, dropout_rate)
             scores = None
         else:
             # The mask is added as a bias (no backward work). In training the

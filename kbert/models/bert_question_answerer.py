@@ -44,6 +44,12 @@ class BertQuestionAnswerer(Task):
         max_answer_length: the longest answer decoded, in tokens.
         num_candidates: how many best starts and best ends of each window
             are paired when decoding (BERT's `n_best_size`).
+        null_score_margin: `None` (SQuAD 1.1: every question has an answer
+            in its context) or a number (SQuAD 2.0): the answer is "" where
+            the null score ([CLS] as start and end) beats the best span's
+            score by more than this margin (BERT's
+            `null_score_diff_threshold`: 0.0, tuned on a dev set). Train
+            unanswerable questions with an empty answer text.
 
     Example:
     >>> model = kbert.BertQuestionAnswerer.from_preset("base", sequence_length=384)
@@ -54,9 +60,11 @@ class BertQuestionAnswerer(Task):
     """
 
     preprocessor_class = text.ByName("BertQuestionAnswererPreprocessor")
+    reads_pooler = False  # as transformers' BertForQuestionAnswering, which has none
 
     def __init__(self, backbone, preprocessor=None, stride=128, max_question_length=64, max_answer_length=30,
-                 num_candidates=20, input_padding="sequence_length", length_groups=0, **kwargs):
+                 num_candidates=20, null_score_margin=None, input_padding="sequence_length", length_groups=0,
+                 **kwargs):
         if stride < 1:
             raise ValueError(f"stride={stride}: windows must move at least 1 token; BERT uses 128.")
         if preprocessor is not None and preprocessor.sequence_length - 3 - max_question_length < 1:
@@ -79,6 +87,7 @@ class BertQuestionAnswerer(Task):
         self.max_question_length = max_question_length
         self.max_answer_length = max_answer_length
         self.num_candidates = num_candidates
+        self.null_score_margin = None if null_score_margin is None else float(null_score_margin)
 
     def task_config(self):
         return {
@@ -86,6 +95,7 @@ class BertQuestionAnswerer(Task):
             "max_question_length": self.max_question_length,
             "max_answer_length": self.max_answer_length,
             "num_candidates": self.num_candidates,
+            "null_score_margin": self.null_score_margin,
         }
 
     def default_loss(self):
@@ -115,12 +125,14 @@ class BertQuestionAnswerer(Task):
         """Answers each question from its context, as the exported model does.
 
         Returns:
-            A list of `{"answer", "start", "end", "score"}` per example: the
-            answer as written in the context (`context[start:end]`,
-            character offsets; "" where the context has no token) and its
-            score, the start and end logits' sum.
+            A list of `{"answer", "start", "end", "score", "null_score"}` per
+            example: the answer as written in the context
+            (`context[start:end]`, character offsets; "" where the context
+            has no token, or, with `null_score_margin`, where the question
+            has no answer there), its score (the start and end logits' sum)
+            and the null score ([CLS]'s).
         """
         inputs = self.preprocessor_class.check_raw((questions, contexts))
         rows = task_answers.answers_in_slices(self, inputs, batch_size=batch_size)
-        return [{"answer": r["answer"], "start": int(r["start"]), "end": int(r["end"]), "score": float(r["score"])}
-                for r in rows]
+        return [{"answer": r["answer"], "start": int(r["start"]), "end": int(r["end"]), "score": float(r["score"]),
+                 "null_score": float(r["null_score"])} for r in rows]

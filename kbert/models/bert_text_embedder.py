@@ -148,8 +148,17 @@ class BertTextEmbedder(Task):
         """`Task.compile`; the default loss is in-batch negatives
         (`MultipleNegativesRankingLoss`), or `CoSENTLoss` when `fit` is given
         scores."""
-        self._default_loss = loss == "auto"
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
+        self._default_loss = isinstance(loss, str) and loss == "auto"
+
+    def get_compile_config(self):
+        # The default loss is saved as "auto", the choice itself, so that a
+        # model loaded back (`compile_from_config`) trains scored pairs with
+        # CoSENTLoss as this one does, not with the loss object that stood in.
+        config = super().get_compile_config()
+        if config and self._default_loss:
+            config["loss"] = "auto"
+        return config
 
     # === Prompts ===
 
@@ -182,7 +191,7 @@ class BertTextEmbedder(Task):
         # whose length is an input.
         preprocessor, head, pad_to = self.preprocessor, self.head_settings(), task_inputs.padding(self)
         traced = task_inputs.traced(preprocessor, ("prompted", pad_to, task_inputs.frozen(head)),
-                                    lambda: preprocessor.prompted_function(head, pad_to))
+                                    lambda p: p.prompted_function(head, pad_to))
         skip = tf.constant(preprocessor.prompt_length(text))
         embeddings = task_inputs.predict_in_memory(self, texts, batch_size, 0, lambda t: traced(t, skip))
         return np.asarray(embeddings, dtype="float32")
@@ -252,12 +261,13 @@ class BertTextEmbedder(Task):
                 (`benchmarks/grad_cache.py` measures both;
                 `kbert.training.contrastive_fit.CachedColumnsModel`).
         """
+        task_inputs.check_batch_size(batch_size)
         contrastive_fit.check_mini_batch_size(mini_batch_size)
         if not (self.preprocessor is not None and isinstance(x, tuple) and not isinstance(x, tf.data.Dataset)):
             if mini_batch_size is not None:
                 raise ValueError("mini_batch_size (GradCache) works on a tuple of lists of texts, e.g. "
                                  "(anchors, positives); this input goes to Keras' fit as it is.")
-            if task_inputs.is_raw(self, x) and (not self.compiled or getattr(self, "_default_loss", False)):
+            if task_inputs.is_raw(self, x) and (not self.compiled or self._default_loss):
                 raise ValueError(
                     "BertTextEmbedder.fit takes a tuple of lists of texts: (anchors, positives) or (anchors, "
                     "positives, negatives), or (texts_a, texts_b) with scores. To fit texts to target embeddings, "
@@ -269,16 +279,16 @@ class BertTextEmbedder(Task):
         texts, steps = contrastive_fit.column_batches(columns, y, batch_size, epochs, seed, no_duplicates)
         if not self.compiled:
             self.compile()
-        loss = CoSENTLoss() if y is not None and getattr(self, "_default_loss", False) else self.loss
+        loss = CoSENTLoss() if y is not None and self._default_loss else self.loss
         preprocessor, head, pad_to = self.preprocessor, self.head_settings(), task_inputs.padding(self)
         dataset = without_autotune(map_batches(texts, lambda texts, scores: (
             tuple(preprocessor.features(t, head, pad_to=pad_to) for t in texts), scores)))
         if self._compiled_by_default:
             self._schedule_learning_rate(steps, epochs)
-        # The pooler ([CLS] dense + tanh) is no part of an embedding: frozen
-        # while fitting, Keras does not warn that it gets no gradient.
+        # The pooler ([CLS] dense + tanh) is no part of an embedding: left
+        # out of what fit trains, Keras does not warn that it gets no gradient.
         return contrastive_fit.fit_columns(self, dataset, steps, len(columns), loss, batch_size, epochs,
-                                           mini_batch_size, frozen=[self.backbone.pooled_dense], **kwargs)
+                                           mini_batch_size, frozen=self.backbone.pooled_dense.weights, **kwargs)
 
     # === Presets ===
 

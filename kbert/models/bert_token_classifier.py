@@ -6,6 +6,7 @@ from kbert import text
 from kbert.models import task_answers, task_inputs
 from kbert.models.bert_classifier import BertClassifier
 from kbert.text import token_classification as tc
+from kbert.text.classifier_labels import SINGLE_LABEL, class_names
 from kbert.tf_if_present import tf
 
 
@@ -48,12 +49,22 @@ class BertTokenClassifier(BertClassifier):
     classified_output = "sequence_output"
     preprocessor_class = text.ByName("BertTokenClassifierPreprocessor")
     takes_pairs = False
+    reads_pooler = False  # as transformers' BertForTokenClassification, which has none
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None,
                  length_groups=0, **kwargs):
         # Its own input pipeline (tagged words): no sorting by length.
         super().__init__(backbone, num_classes, preprocessor=preprocessor, dropout=dropout,
-                         class_names=class_names, length_groups=length_groups, **kwargs)
+                         class_names=class_names, problem_type=SINGLE_LABEL, length_groups=length_groups, **kwargs)
+
+    def task_config(self):
+        # One tag per word: no problem type, threshold or score activation.
+        return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}
+
+    @classmethod
+    def hf_head_config(cls, preset, tensors):
+        config = super().hf_head_config(preset, tensors)
+        return {k: v for k, v in config.items() if k in ("num_classes", "class_names")}
 
     def default_loss(self):
         # The mean over tagged words: tokens of weight 0 do not count.
@@ -65,6 +76,16 @@ class BertTokenClassifier(BertClassifier):
     def default_weighted_metrics(self):
         # Accuracy over tagged words (weight 1), not other pieces or padding.
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    def classify(self, *args, **kwargs):
+        """Not for a token classifier: it labels each word, not each text.
+        Refused, pointing to `tags` (each word's tag) and `entities`, rather
+        than a second way to get the same per-word answers."""
+        raise TypeError(
+            "BertTokenClassifier labels each word, not each text, so it has no classify: call "
+            "model.tags(texts) for each word's tag and probability, or model.entities(texts) for the "
+            "entities (PER, LOC, ...) in each text."
+        )
 
     def tags(self, texts, batch_size=32):
         """Each word's tag and its probability.
@@ -79,6 +100,7 @@ class BertTokenClassifier(BertClassifier):
             word's first WordPiece; `(word, None, 0.0)` for a word past the
             preprocessor's `sequence_length` (or with no WordPiece).
         """
+        task_inputs.check_batch_size(batch_size)
         if all(isinstance(t, str) for t in texts):
             rows = task_answers.answers_in_slices(self, (list(texts),), batch_size=batch_size)
             # Padding words are "": no real word is empty.
@@ -93,7 +115,7 @@ class BertTokenClassifier(BertClassifier):
             words = tf.ragged.constant(preprocessors.as_word_lists(texts[i:i + batch_size]), tf.string, ragged_rank=1)
             features, first_pieces = tc.pack_words(preprocessor, words)
             logits = tf.convert_to_tensor(keras.ops.convert_to_numpy(task_inputs.predict_batch(self, features)))
-            tags = tc.word_tags(logits, first_pieces, preprocessors.class_names(self.head_settings()))
+            tags = tc.word_tags(logits, first_pieces, class_names(self.head_settings()))
             for sentence, labels, scores in zip(words.to_list(), tags["label"].to_list(), tags["score"].to_list()):
                 results.append([(w.decode(), t.decode() or None, float(s))
                                 for w, t, s in zip(sentence, labels, scores)])

@@ -5,6 +5,7 @@
 import keras
 
 from kbert.models import task_answers, task_inputs, task_presets
+from kbert.models.task_weights import TrainedWeights
 from kbert.presets import to_transformers
 from kbert.text.pipeline import check_counts, count_examples, steps
 from kbert.tf_if_present import is_dataset
@@ -14,7 +15,7 @@ from kbert.training.recipes import FROM_RECIPE, RECIPES, SCHEDULE_FLOORS, SETTIN
 from kbert.training.schedules import WarmupLinearDecay
 
 
-class Task(DistributedTraining, keras.Model):
+class Task(DistributedTraining, TrainedWeights, keras.Model):
     """Base of the task models: a functional model on `BertBackbone` with an
     optional preprocessor of the task's class (`preprocessor_class`), so that
     `fit`, `evaluate` and `predict` take raw strings. Subclasses build their
@@ -50,6 +51,7 @@ class Task(DistributedTraining, keras.Model):
             raise ValueError(f'input_padding="{input_padding}": use "bucket" or "sequence_length".')
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.backbone = backbone
+        self.dtype_policy = backbone.dtype_policy  # the policy that runs (see BertBackbone)
         self.preprocessor = None if preprocessor is None else self.preprocessor_class.from_preprocessor(preprocessor)
         self.input_padding = input_padding
         self.length_groups = int(length_groups)
@@ -145,8 +147,8 @@ class Task(DistributedTraining, keras.Model):
         """Creates the optimizer's variables now, on TensorFlow without a
         strategy (Keras builds them under one): created inside the first
         traced train step instead, each variable's initialisation becomes a
-        function of its own (about 210 for MiniLM's AdamW: 12 s of a
-        profiled first `fit`, against 0.8 s here)."""
+        function of its own, which made a first `fit` seconds slower
+        (docs/benchmarks.md, "Measurements behind the code")."""
         if (any_backend or self._tensorflow_without_strategy()) and not self.optimizer.built:
             self.optimizer.build(self._trained_variables())
 
@@ -202,6 +204,7 @@ class Task(DistributedTraining, keras.Model):
         `default_batch_size`). `validation_split` holds out the last
         examples, as Keras does. Raw text is shuffled in batches of similar
         lengths (see `length_groups`)."""
+        task_inputs.check_batch_size(batch_size)
         if not self.compiled:
             self.compile()
         if task_inputs.is_raw(self, x):
@@ -232,6 +235,7 @@ class Task(DistributedTraining, keras.Model):
                            steps_per_epoch=steps_per_epoch, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        task_inputs.check_batch_size(batch_size)
         if not self.compiled:
             self.compile()
         if task_inputs.is_raw(self, x):
@@ -258,19 +262,15 @@ class Task(DistributedTraining, keras.Model):
         model is distributed (a `tf.distribute` strategy of several
         replicas, or a `keras.distribution`), so that the batches are split
         over the devices."""
+        task_inputs.check_batch_size(batch_size)
         if not task_inputs.is_raw(self, x):
             return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
         if (is_dataset(x) or any(v is not None for v in kwargs.values())
-                or self._replicas() > 1 or keras.distribution.distribution() is not None):
+                or task_inputs.replicas(self) > 1 or keras.distribution.distribution() is not None):
             return task_inputs.in_length_order(
                 self, x, lambda x: super(Task, self).predict(task_inputs.dataset(self, x, batch_size=batch_size),
                                                              verbose=verbose, **kwargs))
         return task_inputs.predict_in_memory(self, x, batch_size, verbose)
-
-    def _replicas(self):
-        """How many replicas the model's `tf.distribute` strategy runs (1 without one)."""
-        strategy = getattr(self, "distribute_strategy", None)
-        return 1 if strategy is None else strategy.num_replicas_in_sync
 
     def predict_on_batch(self, x):
         """`predict_on_batch()`, which also takes a batch of raw text."""
@@ -391,10 +391,10 @@ class Task(DistributedTraining, keras.Model):
 
     # Hugging Face's heads: `(variable, Hugging Face name, transform)` rows,
     # empty for heads that Hugging Face has no checkpoint of; and the head's
-    # arguments read from such a checkpoint (e.g. num_classes).
+    # arguments read from such a checkpoint's read `Preset` (num_classes ...).
     def hf_head_table(self):
         return []
 
     @classmethod
-    def hf_head_config(cls, hf_config, tensors):
+    def hf_head_config(cls, preset, tensors):
         return {}

@@ -70,6 +70,7 @@ def _decoded(value):
 def answers_in_slices(model, inputs, batch_size=32, pairs=False, top_k=5, head=None):
     """What the exported model answers, computed here: a list of dicts of
     numpy values, one per row of `inputs` (a tuple of lists of str)."""
+    task_inputs.check_batch_size(batch_size)
     if model.preprocessor is None:
         raise ValueError(task_inputs.no_preprocessor(model))
     head, pad_to = head or model.head_settings(), task_inputs.padding(model)
@@ -77,7 +78,7 @@ def answers_in_slices(model, inputs, batch_size=32, pairs=False, top_k=5, head=N
     # small model's forward pass.
     key = ("answers", pad_to, pairs, top_k, task_inputs.frozen(head))
     preprocess, postprocess = (
-        task_inputs.traced(model.preprocessor, key + (i,), lambda i=i: model.preprocessor.answering(
+        task_inputs.traced(model.preprocessor, key + (i,), lambda p, i=i: p.answering(
             head, pad_to, pairs=pairs, top_k=top_k)[i])
         for i in (0, 1)
     )

@@ -3,6 +3,8 @@ that `fit`, `evaluate`, `predict` and the model's call make of strings with
 the task's preprocessor (`model.preprocessor`), padded and grouped by length
 as the model's `input_padding` and `length_groups` say."""
 
+import logging
+import numbers
 import weakref
 
 import keras
@@ -10,6 +12,20 @@ import numpy as np
 
 from kbert.text.pipeline import map_batches, slices, take, without_autotune
 from kbert.tf_if_present import is_dataset, tf
+
+
+class _StepTracesOfEachModel(logging.Filter):
+    """Drops TensorFlow's warning of "retracing" about Keras' train, test
+    and predict steps: each model traces its own (they hold its variables),
+    and TensorFlow counts the traces of every model's steps together, so a
+    notebook that built three models warned though no step traced twice."""
+
+    def filter(self, record):
+        message = record.getMessage()
+        return not ("triggered tf.function retracing" in message and "TensorFlowTrainer." in message)
+
+
+logging.getLogger("tensorflow").addFilter(_StepTracesOfEachModel())
 
 
 def is_text_in_memory(x):
@@ -24,6 +40,15 @@ def is_text_in_memory(x):
     if isinstance(x, list):
         return bool(x) and isinstance(x[0], (str, bytes, list, tuple))
     return False
+
+
+def check_batch_size(batch_size):
+    """Refuses a `batch_size` that is not a whole number of at least 1
+    (None: the default)."""
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
+                                   or batch_size < 1):
+        raise ValueError(f"batch_size={batch_size!r}: give the number of examples in a batch, a whole number of "
+                         "at least 1 (e.g. batch_size=32), or leave it out for the default.")
 
 
 def is_raw(model, x):
@@ -58,31 +83,60 @@ def padding(model):
     which bound the compilations.
 
     Sorted by length (predict, evaluate, fit's groups), a batch then carries
-    almost no padding: MR sentences in batches of 32, 1.004 tokens a real
-    token against 1.20 in buckets. The outputs are the same."""
+    almost no padding (docs/benchmarks.md, "Measurements behind the code").
+    The outputs are the same."""
     if model.input_padding == "bucket" and keras.backend.backend() != "jax" and not model.jit_compile:
         return "longest"
     return model.input_padding
 
 
-# The traced batch functions of each preprocessor, by what they were built
-# for: tracing the tokenizer into every new pipeline again took seconds a call.
-_TRACED = weakref.WeakKeyDictionary()
+class _Traced:
+    """The traced functions of one preprocessor class and settings, built
+    from a copy of the first preprocessor seen with them (so that they keep
+    no model's alive)."""
+
+    def __init__(self, preprocessor):
+        self.preprocessor = type(preprocessor).from_config(preprocessor.get_config())
+        self.functions = {}
+
+
+# Preprocessors of one class and settings (the models of one preset) share
+# their traced functions, alive while one of them is: tracing the tokenizer
+# into each new pipeline took seconds a call, and TensorFlow counts the traces
+# of every copy of a function together, so one copy per model warned of
+# "retracing" from the fifth model on.
+_BY_SETTINGS = weakref.WeakValueDictionary()
+_BY_PREPROCESSOR = weakref.WeakKeyDictionary()
+
+
+def _shared(preprocessor):
+    shared = _BY_PREPROCESSOR.get(preprocessor)
+    if shared is None:
+        config = preprocessor.get_config()
+        config.pop("name", None)
+        settings = (type(preprocessor), frozen(config))
+        shared = _BY_SETTINGS.get(settings)
+        if shared is None:
+            shared = _BY_SETTINGS[settings] = _Traced(preprocessor)
+        _BY_PREPROCESSOR[preprocessor] = shared
+    return shared
 
 
 def traced(preprocessor, key, build):
-    """`build()`'s function as a `tf.function` traced once per
-    preprocessor and `key` (what it was built for: the kind of function,
-    the padding, the task's settings, the input's structure)."""
-    functions = _TRACED.setdefault(preprocessor, {})
-    if key not in functions:
-        functions[key] = tf.function(build(), reduce_retracing=True, autograph=False)
-    return functions[key]
+    """`build(p)`'s function as a `tf.function`, `p` a preprocessor of
+    `preprocessor`'s class and settings, traced once per such settings and
+    `key` (what it was built for: the kind of function, the padding, the
+    task's settings, the input's structure)."""
+    shared = _shared(preprocessor)
+    if key not in shared.functions:
+        shared.functions[key] = tf.function(build(shared.preprocessor), reduce_retracing=True, autograph=False)
+    return shared.functions[key]
 
 
 def traced_functions(preprocessor):
-    """`{key: tf.function}`: the functions traced for `preprocessor` so far."""
-    return dict(_TRACED.get(preprocessor, {}))
+    """`{key: tf.function}`: the functions traced for `preprocessor`'s settings so far."""
+    shared = _BY_PREPROCESSOR.get(preprocessor)
+    return {} if shared is None else dict(shared.functions)
 
 
 def frozen(value):
@@ -109,7 +163,7 @@ def batch_function(model, pad_to, dataset_spec=None, structure=None, labeled=Fal
     preprocessor, head = model.preprocessor, model.head_settings()
     key = ("batches", pad_to, frozen(head), _structure(dataset_spec) if dataset_spec is not None else structure,
            labeled)
-    return traced(preprocessor, key, lambda: preprocessor.batch_function(head, pad_to, dataset_spec, labeled))
+    return traced(preprocessor, key, lambda p: p.batch_function(head, pad_to, dataset_spec, labeled))
 
 
 def dataset(model, x, y=None, sample_weight=None, batch_size=None, shuffle=False, sort=False, labeled=False):
@@ -259,12 +313,18 @@ def predict_batch(model, features):
     """The model's outputs on one batch of features (TensorFlow tensors,
     handed over as numpy so that any backend takes them)."""
     features = keras.tree.map_structure(lambda v: v.numpy() if hasattr(v, "numpy") else v, features)
-    if model._replicas() > 1:
+    if replicas(model) > 1:
         # predict_on_batch would run the whole batch on every replica and
         # concatenate their outputs: one row per replica. (predict on many
         # texts runs Keras' distributed loop instead.)
         return keras.tree.map_structure(keras.ops.convert_to_numpy, model(features, training=False))
     return model.predict_on_batch(features)
+
+
+def replicas(model):
+    """How many replicas the model's `tf.distribute` strategy runs (1 without one)."""
+    strategy = getattr(model, "distribute_strategy", None)
+    return 1 if strategy is None else strategy.num_replicas_in_sync
 
 
 def concatenated(*batches):

@@ -7,13 +7,22 @@ import json
 import os
 import warnings
 
+import h5py
 import keras
 
 from kbert import text, tf_if_present
 from kbert.models.bert_backbone import BertBackbone
-from kbert.presets import files, huggingface, loading, reader, tokenizer_files
+from kbert.presets import files, huggingface, loading, reader, tokenizer_files, weight_check
 
 TASK_WEIGHTS = "task.weights.h5"
+# The group of TASK_WEIGHTS that holds the head's weights. A file without it
+# is from before presets held the head alone: Keras' `save_weights` of the
+# whole task (backbone and optimizer included), still read.
+HEAD = "head"
+# What `get_config` holds that a preset keeps elsewhere: the backbone in its
+# own entry and weights file, the tokenizer in its files, the packed length
+# at the top of kbert_config.json.
+_KEPT_ELSEWHERE = ("backbone", "preprocessor", "tokenizer", "sequence_length")
 # The backbone's constructor arguments that `from_preset` passes on: they
 # leave the architecture, fixed by the weights, alone.
 BACKBONE_SETTINGS = ("dropout", "dtype", "packing")
@@ -31,16 +40,73 @@ def load_task(folder):
 
 
 def save_task(model, folder):
-    """`Task.save_to_preset`: backbone, head and vocabulary in kbert's layout."""
+    """`Task.save_to_preset`: backbone, head and vocabulary in kbert's layout,
+    with every setting of the task's and its preprocessor's `get_config()`."""
     loading.save_backbone(model.backbone, folder)
     config = files.load_json(folder, files.KBERT_CONFIG)
-    config["task"] = {"class": type(model).__name__, "config": model.task_config()}
+    config["task"] = {"class": type(model).__name__, "config": _settings(model.get_config())}
     if model.preprocessor is not None:
         config["sequence_length"] = model.preprocessor.sequence_length
+        config["preprocessor"] = _settings(model.preprocessor.get_config())
         model.preprocessor.tokenizer.save_to_preset(folder)
     with open(os.path.join(folder, files.KBERT_CONFIG), "w") as f:
         json.dump(config, f, indent=2)
-    model.save_weights(os.path.join(folder, TASK_WEIGHTS))
+    save_head(model, os.path.join(folder, TASK_WEIGHTS))
+
+
+def _settings(config):
+    return {k: v for k, v in config.items() if k not in _KEPT_ELSEWHERE}
+
+
+def head_variables(model):
+    """The task's own weights: all but its backbone's, which the preset's
+    model.weights.h5 holds."""
+    backbone = {id(v) for v in model.backbone.weights}
+    return [v for v in model.weights if id(v) not in backbone]
+
+
+def save_head(model, path):
+    """Writes the head's weights (`head_variables`) to `path`, in order,
+    each with its path: neither the backbone again nor the optimizer's
+    state (which a `.keras` file or a checkpoint keeps)."""
+    with h5py.File(path, "w") as f:
+        group = f.create_group(HEAD)
+        for i, variable in enumerate(head_variables(model)):
+            value = keras.ops.convert_to_numpy(variable)
+            # h5py has no bfloat16: float32 holds each value exactly.
+            group.create_dataset(str(i), data=value.astype("float32") if value.dtype.name == "bfloat16" else value)
+            group[str(i)].attrs["path"] = variable.path
+
+
+def load_task_weights(model, path):
+    """Loads a task preset's TASK_WEIGHTS into `model`, whose backbone holds
+    the preset's backbone: the head's weights, matched in order and checked
+    by shape; or, from a preset saved before the head was kept alone, the
+    whole task."""
+    with h5py.File(path, "r") as f:
+        if HEAD in f:
+            saved = [f[HEAD][str(i)] for i in range(len(f[HEAD]))]
+            _load_head(model, path, saved)
+            return
+    loading.load_keras_weights(model, path)
+
+
+def _load_head(model, path, saved):
+    variables = head_variables(model)
+    shapes = [tuple(v.shape) for v in variables]
+    if [tuple(d.shape) for d in saved] != shapes:
+        held = ", ".join(f"{d.attrs['path']} {tuple(d.shape)}" for d in saved) or "no weights"
+        wanted = ", ".join(f"{v.path} {tuple(v.shape)}" for v in variables) or "no weights"
+        raise ValueError(
+            f"{path} holds a head of {held}, but this {type(model).__name__}'s is {wanted}. Leave out the "
+            "arguments that change the head (such as num_classes) to load the saved one, or build the task "
+            "from a backbone preset to start a new head."
+        )
+    values = [dataset[()] for dataset in saved]
+    names = [f"{d.name.lstrip('/')} ({variable.path})" for d, variable in zip(saved, variables)]
+    weight_check.check((weight_check.problem(name, value) for name, value in zip(names, values)), path)
+    for variable, value in zip(variables, values):
+        variable.assign(value)
 
 
 def task_from_preset(cls, preset, sequence_length, kwargs):
@@ -68,16 +134,15 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
         same_task = saved.get("class") == cls.__name__
         model = cls(backbone=backbone, preprocessor=preprocessor,
                     **{**(saved["config"] if same_task else {}), **kwargs})
+        loading.load_keras_weights(backbone, preset.weights_path)
         if same_task:
-            model.load_weights(os.path.join(preset.folder, TASK_WEIGHTS))
-        else:
-            backbone.load_weights(preset.weights_path)
-            if saved:
-                load_saved_head(model, preset.folder, saved)
+            load_task_weights(model, os.path.join(preset.folder, TASK_WEIGHTS))
+        elif saved:
+            load_saved_head(model, preset.folder, saved)
         return model
     tensors = preset.tensors()
     model = cls(backbone=backbone, preprocessor=preprocessor,
-                **{**cls.hf_head_config(preset.config, tensors), **kwargs})
+                **{**cls.hf_head_config(preset, tensors), **kwargs})
     loading.load_hf_backbone_weights(backbone, preset.weights_path, tensors)
     load_hf_head(model, tensors, preset.weights_path)
     return model
@@ -99,7 +164,8 @@ def preset_preprocessor(cls, preset, sequence_length, backbone):
             f"{backbone.max_sequence_length} positions; use sequence_length <= {backbone.max_sequence_length}."
         )
     return cls.preprocessor_class(text.BertTokenizer(**tokenizer),
-                                  sequence_length=sequence_length or min(512, backbone.max_sequence_length))
+                                  sequence_length=sequence_length or min(512, backbone.max_sequence_length),
+                                  **preset.preprocessor_settings)
 
 
 def tokenizer_runs(folder):
@@ -170,7 +236,7 @@ def load_saved_head(model, folder, saved):
     variables = {name: variable for variable, name, _ in source.hf_head_table()} if source else {}
     shared = [(variable, variables[name]) for variable, name, _ in table if name in variables]
     if shared:
-        source.load_weights(os.path.join(folder, TASK_WEIGHTS))
+        load_task_weights(source, os.path.join(folder, TASK_WEIGHTS))
         for variable, value in shared:
             variable.assign(value)
     if len(shared) < len(table):

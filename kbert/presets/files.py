@@ -161,6 +161,17 @@ def write_json(folder, name, value):
         json.dump(value, f, indent=2, ensure_ascii=False)
 
 
+def check_new_folder(path, writer):
+    """Refuses a folder that holds anything: `writer` (`save_to_preset`,
+    `export_to_transformers`) writes a whole model, and a file of another
+    model left beside it would be read with this one."""
+    if os.path.isdir(path) and os.listdir(path):
+        raise FileExistsError(
+            f"{path} is not empty: {writer} writes a new folder, so that no file of another model (a config.json, "
+            "model.safetensors, another tokenizer) is read with this one. Give a new path or empty it first."
+        )
+
+
 def how_to_replace(path):
     """How to get a good copy of a preset file that is damaged."""
     cache = os.path.join(os.path.realpath(hf_cache_dir()), "")

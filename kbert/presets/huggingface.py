@@ -8,9 +8,11 @@ row format. Importing runs the rows forwards (`assign`), exporting backwards
 Keras' `Dense.kernel` is `[in, out]`, hence the transposes.
 """
 
+import keras
 import ml_dtypes
 import numpy as np
 
+from kbert.presets import weight_check
 from kbert.presets.files import how_to_replace
 
 T = "transpose"
@@ -110,7 +112,8 @@ def tensors_of(table, prefix="", dtype="float32"):
     backwards, named `prefix` + name."""
     tensors = {}
     for variable, name, transform in table:
-        value = np.asarray(variable.numpy())
+        # (A LoRA layer's kernel is a tensor, the kernel with its update merged.)
+        value = np.asarray(keras.ops.convert_to_numpy(variable))
         value = value.T if transform == T else value
         tensors[prefix + name] = np.ascontiguousarray(value.astype(_numpy_dtype(dtype)))
     return tensors
@@ -171,8 +174,9 @@ def backbone_prefix(tensors):
 def assign(table, tensors, prefix="", source="checkpoint"):
     """Checks every row of `table` against `tensors`, then assigns them all.
 
-    Nothing is assigned unless every tensor is present with the right shape,
-    so a bad checkpoint never leaves a half-loaded model.
+    Nothing is assigned unless every tensor is present with the right shape
+    and holds finite floating-point values (`weight_check`), so a bad
+    checkpoint never leaves a half-loaded model.
     """
     problems, values = [], []
     for variable, name, transform in table:
@@ -195,6 +199,7 @@ def assign(table, tensors, prefix="", source="checkpoint"):
             f"The weights in {source} do not match its config:\n  " + "\n  ".join(problems)
             + "\nCheck that config.json belongs to these weights."
         )
+    weight_check.check((weight_check.problem(prefix + name, tensors[prefix + name]) for _, name, _ in table), source)
     for variable, value in values:
         variable.assign(np.asarray(value, dtype=variable.dtype))
 

@@ -4,7 +4,7 @@ import json
 import os
 import warnings
 
-from kbert.presets import config_check, files, huggingface
+from kbert.presets import config_check, files, huggingface, weight_check
 
 KBERT_WEIGHTS = "model.weights.h5"
 _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
@@ -68,10 +68,19 @@ def load_backbone(cls, preset, **overrides):
     """`BertBackbone.from_preset`: the backbone of a read preset (`reader.Preset`)."""
     backbone = cls.from_preset_config(preset.checked_backbone_config(overrides))
     if preset.kbert_layout:
-        backbone.load_weights(preset.weights_path)
+        load_keras_weights(backbone, preset.weights_path)
     else:
         load_hf_backbone_weights(backbone, preset.weights_path, preset.tensors())
     return backbone
+
+
+def load_keras_weights(model, path):
+    """`model.load_weights(path)` for a kbert preset's weights file, refused
+    before anything is loaded unless each weight in it is a floating-point
+    tensor of finite values (`weight_check`): Keras would cast an int32
+    tensor and load NaN without a word."""
+    weight_check.check_keras_file(path)
+    model.load_weights(path)
 
 
 def load_hf_backbone_weights(backbone, path, tensors=None):
@@ -95,7 +104,9 @@ def load_hf_backbone_weights(backbone, path, tensors=None):
 
 
 def save_backbone(backbone, folder):
-    """Writes `backbone` in kbert's layout: `kbert_config.json` + weights."""
+    """Writes `backbone` in kbert's layout: `kbert_config.json` + weights,
+    into a new or empty folder (`save_to_preset`'s first step)."""
+    files.check_new_folder(folder, "save_to_preset")
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, files.KBERT_CONFIG), "w") as f:
         json.dump({"backbone": _plain_config(backbone)}, f, indent=2)

@@ -6,7 +6,7 @@ around the Hugging Face folder it holds.)"""
 
 import os
 
-from kbert.presets import files, huggingface, loading, tokenizer_files
+from kbert.presets import files, huggingface, loading, sentence_transformers, tokenizer_files
 
 
 class Preset:
@@ -23,6 +23,10 @@ class Preset:
         task: the task a kbert preset was saved from (`{"class", "config"}`,
             {} for a backbone or a Hugging Face folder).
         sequence_length: the preprocessor's length a kbert preset was saved with.
+        cross_encoder: a sentence-transformers CrossEncoder folder's settings
+            (`{"score_activation"}`; {} for any other folder).
+        preprocessor_settings: the other arguments of the preprocessor it was
+            saved with (`truncation`, `pad_to`, ...; {} for others).
     """
 
     def __init__(self, preset):
@@ -39,6 +43,9 @@ class Preset:
                                  if self.has_tokenizer else {})
         self.task = (self.config.get("task") or {}) if self.kbert_layout else {}
         self.sequence_length = self.config.get("sequence_length") if self.kbert_layout else None
+        self.cross_encoder = ({} if self.kbert_layout else
+                              sentence_transformers.cross_encoder_settings(self.folder, self.config))
+        self.preprocessor_settings = (self.config.get("preprocessor") or {}) if self.kbert_layout else {}
         self._tensors = None
 
     def checked_backbone_config(self, overrides):

@@ -16,7 +16,7 @@ import os
 
 from safetensors.numpy import save_file
 
-from kbert.presets import files, huggingface, to_transformers, tokenizer_files
+from kbert.presets import files, huggingface, to_transformers, tokenizer_files, weight_check
 
 MODULES = "modules.json"
 SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
@@ -45,6 +45,39 @@ _ACTIVATIONS = {
 _MODULE_KINDS = ("Transformer", "Pooling", "Dense", "Normalize")
 # Where torch keeps each activation class, for the Dense modules written.
 _TORCH_MODULES = {"Identity": "torch.nn.modules.linear"}
+
+
+# A CrossEncoder's activation (a torch class) -> BertClassifier's score_activation.
+_SCORE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Identity": None}
+
+
+def cross_encoder_settings(folder, hf_config):
+    """A sentence-transformers `CrossEncoder` folder's `score_activation`
+    (`{}` for a folder that is no cross-encoder), where each version keeps
+    its activation: 6.x in `config_sentence_transformers.json` (with
+    `model_type: "CrossEncoder"`), 4.x-5.x in config.json's
+    `sentence_transformers` block, older ones as config.json's
+    `sbert_ce_default_activation_function`. Without one, a cross-encoder
+    of one label takes a sigmoid, as `CrossEncoder` does."""
+    config = files.load_json(folder, SENTENCE_TRANSFORMERS_CONFIG, default={"": None})
+    block = hf_config.get("sentence_transformers")
+    if config.get("model_type") == "CrossEncoder":
+        path, where = config.get("activation_fn"), os.path.join(folder, SENTENCE_TRANSFORMERS_CONFIG)
+    elif isinstance(block, dict):
+        path, where = block.get("activation_fn"), os.path.join(folder, files.HF_CONFIG)
+    elif hf_config.get("sbert_ce_default_activation_function"):
+        path, where = hf_config["sbert_ce_default_activation_function"], os.path.join(folder, files.HF_CONFIG)
+    else:
+        return {}
+    if path is None:
+        return {"score_activation": "sigmoid"}
+    name = str(path).rsplit(".", 1)[-1]
+    if not str(path).startswith("torch.") or name not in _SCORE_ACTIVATIONS:
+        raise ValueError(
+            f"{where} gives the cross-encoder's activation as {path!r}; kbert reproduces "
+            f"{', '.join(to_transformers.TORCH_ACTIVATIONS.values())}. Pass score_activation= yourself to override it."
+        )
+    return {"score_activation": _SCORE_ACTIVATIONS[name]}
 
 
 def is_sentence_transformers_folder(folder):
@@ -193,7 +226,9 @@ def _dense_weights(path):
     (read with PyTorch's `weights_only=True`, which refuses anything else)."""
     for name in files.WEIGHT_FILES:
         if os.path.exists(os.path.join(path, name)):
-            return huggingface.read_checkpoint(os.path.join(path, name))
+            tensors = huggingface.read_checkpoint(os.path.join(path, name))
+            weight_check.check_tensors(tensors, os.path.join(path, name))  # it holds the Dense layer's alone
+            return tensors
     raise FileNotFoundError(f"The Dense module in {path} has no weights: expected {' or '.join(files.WEIGHT_FILES)}.")
 
 

@@ -72,7 +72,7 @@ def write_folder(path, name, backbone, head=(), head_config=None, preprocessor=N
     config with `head_config`, and `preprocessor`'s tokenizer."""
     if str(dtype) not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: export weights as one of {', '.join(DTYPES)}.")
-    _check_empty(path)
+    files.check_new_folder(path, "export_to_transformers")
     rows = [row for row in huggingface.backbone_table(backbone) if pooler or not row[1].startswith("pooler.")]
     tensors = huggingface.tensors_of(rows, "" if name == "BertModel" else "bert.", dtype)
     tensors.update(huggingface.tensors_of(head, "", dtype))
@@ -88,23 +88,29 @@ def write_folder(path, name, backbone, head=(), head_config=None, preprocessor=N
     return path
 
 
+# BertClassifier's score_activation -> a sentence-transformers CrossEncoder's
+# activation (config.json's `sentence_transformers` block, read by every
+# version since 4.0; without one, CrossEncoder puts a sigmoid on one label).
+TORCH_ACTIVATIONS = {"sigmoid": "torch.nn.modules.activation.Sigmoid", "tanh": "torch.nn.modules.activation.Tanh",
+                     None: "torch.nn.modules.linear.Identity"}
+
+
 def _head_config(model, name):
     if name in ("BertForSequenceClassification", "BertForTokenClassification"):
         # Unnamed classes as transformers names them (LABEL_0, ...), which
         # kbert reads back as no class_names.
         names = model.class_names or [f"LABEL_{i}" for i in range(model.num_classes)]
-        return {"id2label": {str(i): label for i, label in enumerate(names)},
-                "label2id": {label: i for i, label in enumerate(names)},
-                "classifier_dropout": model.dropout}
+        config = {"id2label": {str(i): label for i, label in enumerate(names)},
+                  "label2id": {label: i for i, label in enumerate(names)},
+                  "classifier_dropout": model.dropout}
+        if name == "BertForSequenceClassification":
+            config["problem_type"] = model.problem_type
+            if model.num_classes == 1:  # so that CrossEncoder scores as kbert does
+                activation = TORCH_ACTIVATIONS[model.score_activation]
+                config["sentence_transformers"] = {"activation_fn": activation}
+        return config
     if name in ("BertForMaskedLM", "BertForPreTraining"):
         # The output projection is the token embedding (kbert's MaskedLMHead).
         return {"tie_word_embeddings": True}
     return {}
 
-
-def _check_empty(path):
-    if os.path.isdir(path) and os.listdir(path):
-        raise FileExistsError(
-            f"{path} is not empty: export_to_transformers writes a new folder, so that no file of another model "
-            "(a kbert_config.json, another tokenizer) is read with this one. Give a new path or empty it first."
-        )

@@ -11,8 +11,17 @@ import tensorflow_text  # noqa: F401  (registers the text ops the graph uses)
 request = json.loads(sys.stdin.read())
 signature = tf.saved_model.load(request["path"]).signatures["serving_default"]
 outputs = signature(**{k: tf.constant(v, tf.string) for k, v in request["inputs"].items()})
-decode = lambda v: [x.decode("utf-8", "replace") for x in v] if v.dtype == tf.string else v.tolist()
-print(json.dumps({k: decode(v.numpy()) for k, v in outputs.items()}))
+
+
+def decode(value):
+    # Outputs of any rank (a tagger's words are [texts, words], a masked LM's
+    # tokens [texts, masks, top_k]): strings are bytes at any depth.
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+print(json.dumps({k: decode(v.numpy().tolist()) for k, v in outputs.items()}))
 """
 
 

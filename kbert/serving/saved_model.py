@@ -15,7 +15,7 @@ import re
 
 
 from kbert.layers.fused_dense import weights_cast_once
-from kbert.serving.slices import in_length_order, token_counts
+from kbert.serving.slices import in_length_order
 from kbert.tf_if_present import tf
 
 # A request of at most SLICE_ROWS rows (`predict`'s batch) runs as one slice;
@@ -112,4 +112,4 @@ def _in_slices(serve, input_signature, preprocessor, fills):
     # Traced once, and called by both of in_length_order's paths.
     serve = tf.function(serve, autograph=False).get_concrete_function(*input_signature)
     outputs = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in serve.structured_outputs.items()}
-    return in_length_order(serve, outputs, SLICE_ROWS, SLICE_TOKENS, token_counts(preprocessor), fills)
+    return in_length_order(serve, outputs, SLICE_ROWS, SLICE_TOKENS, preprocessor.token_counts, fills)

@@ -3,50 +3,26 @@ of texts: sorted by length, in slices each padded to its own longest text,
 the answers given back in the request's order.
 
 A request cut in arrival order pads each slice to its longest text, which is
-mostly padding wherever lengths are uneven: 1,000 MR sentences served that
-way took about twice `predict`'s time. Sorted first, a slice holds texts of
+mostly padding wherever lengths are uneven, and took about twice
+`predict`'s time. Sorted first, a slice holds texts of
 about one length. Slices are cut by tokens, not rows: each holds as many
 rows as fit in a fixed budget of padded tokens, so a slice of short texts
 runs many rows at once, a slice of long ones few, and the activations of a
 slice are bounded however many rows the request has.
 
-The budget is small on purpose. On CPU, a slice of 2,048 tokens ran as
-fast per token as `predict`'s batches of 32 or faster; budgets of 32 rows of
-the request's longest text (16,384 tokens where one text fills 512) ran
-SQuAD paragraphs 17% slower than `predict` (MiniLM, 300 paragraphs, one
-process, alternating: 7.75 s against 6.64 s; 2,048 tokens: 5.80 s).
+The budget is small on purpose: on CPU, small slices run as fast per token
+as `predict`'s batches or faster, and budgets of many long rows ran slower
+(docs/benchmarks.md, "Served against `predict`" and "Measurements behind
+the code").
 """
 
 
-from kbert.text.offsets import cut_after_words
 from kbert.tf_if_present import tf
 
 # Rows of a request whose token counts are computed at once: bounds the
 # ragged token ids that counting holds (a request of 10,000 long texts would
 # otherwise hold all their ids).
 COUNT_ROWS = 1024
-
-
-def token_counts(preprocessor):
-    """`counts(*texts)`: the tokens each row of a request takes once packed
-    ([CLS], the texts' WordPieces, a [SEP] each, at most the sequence
-    length), from `preprocessor`'s tokenizer, as an int32 `[batch]`.
-
-    The order of a request is taken from its real token counts, not a proxy:
-    counting tokenizes the request once more, which costs 0.2-0.3% of
-    MiniLM's forward pass (1,000 MR sentences: 11 ms against about 5 s;
-    1,000 SQuAD paragraphs: 135 ms), while bytes rank texts by tokens only
-    to a rank correlation of 0.94-0.96 (English; other scripts and symbols
-    take other bytes per token), so slices cut by bytes would carry padding
-    and could hold more tokens than their budget. Text past what a sequence
-    holds is cut first, as the preprocessor cuts it."""
-    length = preprocessor.sequence_length
-
-    def counts(*texts):
-        pieces = [preprocessor.tokenizer(cut_after_words(t, length)).row_lengths() for t in texts]
-        return tf.cast(tf.minimum(tf.add_n(pieces) + len(texts) + 1, length), tf.int32)
-
-    return counts
 
 
 def in_length_order(serve, outputs, slice_rows, slice_tokens, lengths, fills=None):
@@ -69,7 +45,7 @@ def in_length_order(serve, outputs, slice_rows, slice_tokens, lengths, fills=Non
         slice_tokens: the padded tokens a slice of a longer request holds
             at most (one row at least, however long).
         lengths: `lengths(*inputs)`, an int32 `[batch]` of token counts
-            (see `token_counts`).
+            (`BertPreprocessor.token_counts`).
         fills: per output, the value that pads inner dimensions where
             slices differ (default "" for strings, 0 for numbers).
     """

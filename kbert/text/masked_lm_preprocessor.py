@@ -23,6 +23,14 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
     each text read as it is read alone; batches then count rows."""
 
     def training_examples(self, examples, head=None):
+        texts = tf.nest.flatten(examples[0])  # one list, or a pair of lists
+        # Texts with nothing to mask train nothing: the loss, a mean over no
+        # predictions, would read 0.0 at every step.
+        if not any(bool(tf.reduce_any(tf.strings.strip(t) != "")) for t in texts):
+            raise ValueError(
+                f"All {int(texts[0].shape[0])} texts are empty or whitespace: a masked LM learns by guessing "
+                "masked tokens of its texts, and these hold none to mask. Pass texts with words."
+            )
         if not head.get("packing"):
             return examples
         # Padded one per row, 2,048 Austen paragraphs of up to 128 tokens

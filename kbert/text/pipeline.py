@@ -131,12 +131,13 @@ def map_batches(dataset, preprocess):
 def without_autotune(dataset):
     """`dataset` with tf.data's autotuning off: for the pipelines that kbert
     builds over input held in memory, whose preprocessing is a small share of
-    a step (all 9,545 MR training sentences tokenized in 0.3 s either way).
+    a step, autotuned or not.
 
     Deleting an iterator waits for its autotuning thread, which wakes at
     periods that grow to seconds. Keras deletes one at the end of each `fit`
-    (and makes the next epoch's after the last step), so a `fit` on MR's
-    3,000 sentences stalled 5-9 s at its end in 6 runs of 15."""
+    (and makes the next epoch's after the last step), so a `fit` could stall
+    for seconds at its end (docs/benchmarks.md, "Measurements behind the
+    code")."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)

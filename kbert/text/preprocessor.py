@@ -172,7 +172,7 @@ class BertPreprocessor(keras.layers.Layer):
         `head`: the task's settings (`Task.head_settings`)."""
         x = pipeline.text_tensor(x)
         if y is not None:
-            y = self.label_ids(np.asarray(y), head)
+            y = self.label_ids(y, head)
         return (x,) + tuple(np.asarray(v) for v in (y, sample_weight) if v is not None)
 
     def training_examples(self, examples, head=None):
@@ -182,14 +182,31 @@ class BertPreprocessor(keras.layers.Layer):
 
     def label_ids(self, y, head=None):
         """Labels held in memory as the model's targets (here: as given)."""
-        return y
+        return np.asarray(y)
 
     def lengths(self, examples):
-        """The tokens in each example of `examples` (as `examples` gives
-        them), so that batches can hold texts of similar lengths; None where
-        the task keeps its examples in their order."""
+        """The tokens each example of `examples` takes once packed (as
+        `examples` gives them; `token_counts`), so that batches can hold texts
+        of similar lengths; None where the task keeps its examples in their
+        order."""
         texts = examples[0]
-        return sum(self.tokenizer(t).row_lengths().numpy() for t in (texts if isinstance(texts, tuple) else (texts,)))
+        return self.token_counts(*(texts if isinstance(texts, tuple) else (texts,))).numpy()
+
+    def token_counts(self, *texts):
+        """The tokens each row takes once packed ([CLS], the texts' WordPieces,
+        a [SEP] each, at most the sequence length), as an int32 `[batch]`:
+        the one count that orders texts by length, in `fit`, `predict` and
+        an exported model's requests (`kbert.serving.slices`). TensorFlow
+        ops, for a `tf.function` too.
+
+        Text past what a sequence holds is cut first (`cut_after_words`), as
+        `_tokenize` cuts it: WordPiece reads at most a sequence's worth of
+        words of a text however long it is. Real counts rather than a proxy
+        (bytes rank texts by tokens only roughly, differently in each
+        script), so that a slice cut by tokens holds no more than its
+        budget."""
+        pieces = [self.tokenizer(cut_after_words(_as_strings(t), self.sequence_length)).row_lengths() for t in texts]
+        return tf.cast(tf.minimum(tf.add_n(pieces) + len(texts) + 1, self.sequence_length), tf.int32)
 
     def batch_function(self, head=None, pad_to=None, dataset_spec=None, labeled=False):
         """The function that a batch of examples goes through in `tf.data`:

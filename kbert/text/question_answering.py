@@ -184,19 +184,27 @@ def best_spans(start_logits, end_logits, example, is_context, max_context, num_e
     )
 
 
-def answers(windowed, contexts, start_logits, end_logits, max_answer_length, num_candidates):
+def answers(windowed, contexts, start_logits, end_logits, max_answer_length, num_candidates,
+            null_score_margin=None):
     """The best answer of each (question, context), from the windows' logits.
+
+    With `null_score_margin` a number (SQuAD 2.0), the answer is "" where
+    the null score, [CLS] as start and end (the lowest of the example's
+    windows), exceeds the best span's score by more than the margin (BERT's
+    `null_score_diff_threshold`, 0.0 in its recipe).
 
     Returns:
         A dict of `answer` (the context's original text of the span, "" where
-        none), `start` and `end` (its character offsets in the context) and
-        `score` (start + end logit; the lowest float32 where the context has
-        no token).
+        none), `start` and `end` (its character offsets in the context; 0
+        for ""), `score` (start + end logit; the lowest float32 where the
+        context has no token; the null score where the answer is "no
+        answer") and `null_score`.
     """
+    start_logits, end_logits = tf.cast(start_logits, tf.float32), tf.cast(end_logits, tf.float32)
     num_examples = tf.size(contexts, out_type=tf.int64)
     found, window, first, last, score = best_spans(
-        tf.cast(start_logits, tf.float32),
-        tf.cast(end_logits, tf.float32),
+        start_logits,
+        end_logits,
         windowed["example"],
         windowed["is_context"],
         windowed["max_context"],
@@ -204,6 +212,13 @@ def answers(windowed, contexts, start_logits, end_logits, max_answer_length, num
         max_answer_length,
         num_candidates,
     )
+    # run_squad.py: the null score is the lowest [CLS] score of the windows.
+    null_score = tf.math.unsorted_segment_min(start_logits[:, 0] + end_logits[:, 0], windowed["example"],
+                                              num_examples)
+    if null_score_margin is not None:
+        no_answer = null_score - score > null_score_margin
+        found = found & ~no_answer
+        score = tf.where(no_answer, null_score, score)
     at = lambda values, position: tf.where(  # noqa: E731
         found, tf.gather_nd(values, tf.stack([window, tf.cast(position, tf.int64)], 1)), 0)
     start_byte, end_byte = at(windowed["starts"], first), at(windowed["ends"], last)
@@ -212,4 +227,5 @@ def answers(windowed, contexts, start_logits, end_logits, max_answer_length, num
         "start": tf.cast(char_offsets(contexts, start_byte), tf.int32),
         "end": tf.cast(char_offsets(contexts, end_byte), tf.int32),
         "score": score,
+        "null_score": null_score,
     }

@@ -7,10 +7,12 @@ A preprocessor takes the task's settings as `head` (the task model's
 `head_settings()`: class names, a question answerer's stride, ...), so the
 same preprocessor serves any model it is given to."""
 
+import re
+
 import keras
 import numpy as np
 
-from kbert.text import pipeline
+from kbert.text import classifier_labels, pipeline
 from kbert.text import question_answering as qa
 from kbert.text import token_classification as tc
 from kbert.text.preprocessor import BertPreprocessor, serving_text
@@ -20,8 +22,10 @@ from kbert.tf_if_present import tf
 @keras.saving.register_keras_serializable(package="kbert")
 class BertClassifierPreprocessor(BertPreprocessor):
     """`BertPreprocessor` for `BertClassifier`: texts or pairs of texts in;
-    labels as class ids, or as names of the model's `class_names` (in lists
-    and in `tf.data`); answers are logits, probabilities and the label.
+    labels as the model's `problem_type` takes them (`kbert.text.
+    classifier_labels`): class ids or names of its `class_names`, multi-hot
+    rows or lists of names, or scores; answers are logits, probabilities and
+    the label(s), or the score.
 
     Example:
     >>> preprocessor = kbert.BertClassifierPreprocessor.from_preset("base", sequence_length=128)
@@ -29,33 +33,22 @@ class BertClassifierPreprocessor(BertPreprocessor):
     """
 
     def label_ids(self, y, head=None):
-        """Class ids, names looked up in `class_names`, checked against
-        `num_classes` before any training."""
-        head = head or {}
-        if y.dtype.kind in "USO":
-            names = _class_names_for_labels(head, str(y.flat[0]) if y.size else "")
-            index = {name: i for i, name in enumerate(names)}
-            unknown = sorted({str(v) for v in y.flat} - set(index))
-            if unknown:
-                raise ValueError(f"Labels {unknown[:5]} are not among class_names {names}.")
-            y = np.vectorize(index.__getitem__, otypes=["int32"])(y.astype(str))
-        return pipeline.class_ids(y, head["num_classes"])
+        """Labels as the model's problem type takes them (class ids, with
+        names looked up in `class_names`; multi-hot rows; scores), checked
+        before any training."""
+        return classifier_labels.label_ids(y, head or {})
 
     def dataset_labels(self, head=None):
-        return _label_lookup(head or {})
+        return classifier_labels.dataset_labels(head or {})
 
     def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
-        names = tf.constant(class_names(head))
 
         def preprocess(*texts):
             return preprocessor(texts if len(texts) > 1 else texts[0]), None
 
         def postprocess(logits, _):
-            logits = tf.cast(logits, tf.float32)
-            label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), "label_id": label_id,
-                    "label": tf.gather(names, label_id)}
+            return classifier_labels.answers(logits, head)
 
         return preprocess, postprocess, [serving_text(), serving_text("text_pair")][:2 if pairs else 1], None
 
@@ -135,7 +128,7 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
 
     def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
-        names = class_names(head)
+        names = classifier_labels.class_names(head)
 
         def preprocess(text):
             text = tc.valid_utf8(text)  # a request may carry any bytes
@@ -164,7 +157,8 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
     in, each context cut into windows `stride` tokens apart (BERT's
     `doc_stride`), packed after its question; answers as `{"text",
     "answer_start"}` dicts or `(text, start)` pairs, character offsets into
-    the context. Answers are spans of the context."""
+    the context. Answers are spans of the context; an empty text (SQuAD 2.0's
+    unanswerable questions) trains [CLS] as the span."""
 
     rows_per_example = None  # a window per stride of the context
 
@@ -224,7 +218,7 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
         def postprocess(outputs, context):
             contexts, windowed = context
             return qa.answers(windowed, contexts, outputs["start_logits"], outputs["end_logits"],
-                              head["max_answer_length"], head["num_candidates"])
+                              head["max_answer_length"], head["num_candidates"], head.get("null_score_margin"))
 
         return preprocess, postprocess, [serving_text("question"), serving_text("context")], None
 
@@ -279,72 +273,57 @@ class BertTextEmbedderPreprocessor(BertPreprocessor):
                 [serving_text()], None)
 
 
-def class_names(head):
-    """The names of a classifier's classes: its `class_names`, or the ids as strings."""
-    head = head or {}
-    return head.get("class_names") or [str(i) for i in range(head["num_classes"])]
-
-
-def _class_names_for_labels(head, example):
-    names = head.get("class_names")
-    if not names:
-        raise ValueError(
-            f"The labels are strings (e.g. {example!r}); give the model class_names=[...] "
-            "to map them, or pass label ids 0, 1, ..."
-        )
-    return names
-
-
-def _label_lookup(head):
-    """Labels of a `tf.data` pipeline as class ids, checked as labels held in
-    memory are (`pipeline.class_ids`), in the graph: strings are looked up
-    in `class_names`, numbers must be whole and in [0, num_classes). A bad
-    label stops the pipeline with an error naming it."""
-    num_classes = head["num_classes"]
-
-    def labels(y):
-        if y.dtype == tf.string:
-            known = tf.constant(_class_names_for_labels(head, "a string"))
-            matches = tf.equal(y[..., None], known)
-            found = tf.reduce_any(matches, axis=-1)
-            check = tf.debugging.Assert(
-                tf.reduce_all(found),
-                ["Labels not among class_names", known, "got", tf.boolean_mask(y, tf.logical_not(found))],
-                summarize=10,
-            )
-            with tf.control_dependencies([check]):
-                return tf.argmax(tf.cast(matches, tf.int32), axis=-1, output_type=tf.int32)
-        if y.shape.rank == 2 and y.shape[-1] == num_classes and num_classes > 1:
-            raise ValueError(
-                f"The dataset's labels have shape {y.shape}: one-hot rows of {num_classes} classes, but this "
-                "classifier takes one class id per text. Map them to ids first: dataset.map(lambda x, y: (x, "
-                "tf.argmax(y, axis=-1)))."
-            )
-        values = tf.cast(y, tf.float64)
-        good = tf.reduce_all((values == tf.round(values)) & (values >= 0) & (values < num_classes))
-        check = tf.debugging.Assert(
-            good, [f"Labels must be class ids, whole numbers in [0, {num_classes}); got", y], summarize=10)
-        with tf.control_dependencies([check]):
-            return tf.cast(y, tf.int32)
-
-    return labels
-
-
 def _answer_chars(answers, contexts):
-    """Each answer's (start, end) characters, checked against its context."""
+    """Each answer's (start, end) characters, checked against its context:
+    the text must be at `answer_start` (whitespace compared as SQuAD's
+    evaluation does, runs of it as one space). An unanswerable question
+    (SQuAD 2.0: text "", or empty lists) is the empty span (0, 0), which
+    trains the [CLS] token as its start and end (BERT's SQuAD 2.0 recipe)."""
     if len(answers) != len(contexts):
         raise ValueError(f"Got {len(answers)} answers for {len(contexts)} contexts; pass one per example.")
     spans = []
     for i, (answer, context) in enumerate(zip(answers, contexts)):
-        text, start = (answer["text"], answer["answer_start"]) if isinstance(answer, dict) else answer
-        start, end = int(start), int(start) + len(text)
-        if not 0 <= start < end <= len(context):
+        text, start = _answer_text_and_start(i, answer)
+        if text == "":
+            spans.append((0, 0))
+            continue
+        start = int(start)
+        if not 0 <= start < start + len(text) <= len(context):
             raise ValueError(
                 f"Answer {i} ({answer!r}) lies outside its context of {len(context)} characters; "
                 "answer_start must be the answer's character offset in the context."
             )
+        # Whitespace as SQuAD's evaluation compares it: any run of it equal.
+        at = re.compile(r"\s*(" + r"\s+".join(map(re.escape, text.split())) + ")").match(context, start)
+        if at is None:
+            found = context.find(text)
+            hint = f" The text is at {found}." if found >= 0 else " The text is nowhere in the context."
+            raise ValueError(
+                f"Answer {i} ({answer!r}): its text is not at answer_start={start} of its context, which "
+                f"reads {context[start:start + len(text)]!r} there.{hint} answer_start must be the character "
+                "offset of the answer's text in the context."
+            )
+        start, end = at.span(1)
         spans.append((start, end))
     return np.asarray(spans, "int32").reshape(-1, 2)
+
+
+def _answer_text_and_start(i, answer):
+    """An answer's text and start from a `{"text", "answer_start"}` dict (the
+    Hugging Face datasets' lists of them too: the first is trained, none is
+    unanswerable) or a `(text, start)` pair."""
+    text, start = (answer["text"], answer["answer_start"]) if isinstance(answer, dict) else answer
+    if isinstance(text, (list, tuple)):
+        starts = list(start) if isinstance(start, (list, tuple, np.ndarray)) else [start]
+        if len(text) != len(starts):
+            raise ValueError(f"Answer {i} ({answer!r}) has {len(text)} texts and {len(starts)} answer_start; "
+                             "give one answer_start per text.")
+        if not text:
+            return "", 0
+        text, start = text[0], starts[0]
+    if not isinstance(text, str):
+        raise ValueError(f"Answer {i} ({answer!r}): the text must be a str; got {type(text).__name__}.")
+    return text, start
 
 
 def as_word_lists(x):

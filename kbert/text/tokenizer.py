@@ -13,6 +13,7 @@ vocabulary (`vocab.txt`) and the tokenizer's preset files.
 """
 
 import os
+import weakref
 
 from kbert.presets import tokenizer_files
 from kbert.presets.files import get_preset_dir
@@ -40,6 +41,27 @@ def write_vocabulary(vocabulary, path):
         f.writelines(token + "\n" for token in vocabulary)
 
 
+def _once_each(tokens):
+    """The vocabulary as the WordPiece kernel takes it, each token once.
+
+    A vocab.txt may repeat a line. transformers' BertTokenizer and
+    BertTokenizerFast read it as a map from token to line number, so the
+    token gets its last line's id and no text gets the earlier ones. Each
+    earlier line becomes a stand-in holding a space, which no word holds
+    (words are split at spaces), so ids stay line numbers."""
+    last = {token: i for i, token in enumerate(tokens)}
+    taken = set(tokens)
+    once = []
+    for i, token in enumerate(tokens):
+        if last[token] != i:
+            token = f" {token} (line {i + 1}, repeated)"
+            while token in taken:
+                token += " "
+            taken.add(token)
+        once.append(token)
+    return once
+
+
 def _map_rows(condition, if_true, if_false):
     """Calls `if_true` with the indices of rows where `condition` holds and
     `if_false` with the others, then puts the rows of their results in order."""
@@ -58,6 +80,97 @@ class _Vocabulary:
     def __init__(self, tokens):
         self.tokens = tuple(tokens)
         self.ids = {token: i for i, token in enumerate(self.tokens)}
+
+
+# Tokenizers of one vocabulary and settings share their traced tokenization
+# (and WordPiece model), alive while one of them is: a notebook that builds
+# several models from one preset traces it once. TensorFlow counts the traces
+# of every copy of a `tf.function` together, so one per tokenizer warned of
+# "retracing" from the fifth on.
+_SHARED = weakref.WeakValueDictionary()
+
+
+class _Tokenization:
+    """The traced tokenization of one vocabulary and set of `BertTokenizer`
+    settings, shared by every tokenizer with them."""
+
+    def __init__(self, vocabulary, lowercase, strip_accents, tokenize_chinese_chars, split_special_tokens):
+        self.vocabulary = _Vocabulary(vocabulary)
+        self.lowercase = lowercase
+        self.strip_accents = strip_accents
+        self.tokenize_chinese_chars = tokenize_chinese_chars
+        self.split_special_tokens = split_special_tokens
+        self.unk_id = self.vocabulary.ids[UNK]
+        self.special_tokens = tuple(t for t in SPECIAL_TOKENS if t in self.vocabulary.ids)
+        # Normalized text that may hold a special token (lowercased with the
+        # rest, still seen here) or a word of more than 100 characters. Only
+        # ASCII separators end a word here: a Unicode class repeated 101 times
+        # overflows RE2's DFA, and a false alarm merely takes the exact path.
+        word_end = r"\t\n\r !-/:-@\[-`{-~"
+        maybe = [f"[^{word_end}]{{{MAX_CHARS_PER_WORD + 1},}}"]
+        if self.special_tokens and not split_special_tokens:
+            maybe += [any_of_pattern([t.lower() if lowercase else t for t in self.special_tokens])]
+        self.needs_words = f"(?s).*(?:{'|'.join(maybe)}).*"
+        self.wordpiece = tf_text.FastWordpieceTokenizer(
+            vocab=_once_each(vocabulary),
+            suffix_indicator=SUFFIX_INDICATOR,
+            # Words of more than MAX_CHARS_PER_WORD characters never reach it
+            # (they are [UNK] already), so the byte limit must never bite.
+            max_bytes_per_word=4 * MAX_CHARS_PER_WORD,
+            token_out_type=tf.int32,
+            unknown_token=UNK,
+            # Splitting on whitespace and punctuation inside the WordPiece
+            # kernel is BERT's pre-tokenization, with CJK ideographs split too.
+            no_pretokenization=not tokenize_chinese_chars,
+        )
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def tokenize(self, texts):
+        if not self.tokenize_chinese_chars:
+            return self._tokenize_words(texts)
+        # The fast path: normalize, then split and WordPiece in one kernel.
+        # Rows with a special token or a long word take the word-by-word path.
+        normalized = normalize(
+            texts,
+            lowercase=self.lowercase,
+            strip_accents=self.strip_accents,
+            tokenize_chinese_chars=self.tokenize_chinese_chars,
+        )
+        needs_words = tf.strings.regex_full_match(normalized, self.needs_words)
+        return tf.cond(
+            tf.reduce_any(needs_words),
+            lambda: _map_rows(
+                needs_words,
+                lambda rows: self._tokenize_words(tf.gather(texts, rows)),
+                lambda rows: self.wordpiece.tokenize(tf.gather(normalized, rows)),
+            ),
+            lambda: self.wordpiece.tokenize(normalized),
+        )
+
+    def _tokenize_words(self, texts):
+        special_tokens = () if self.split_special_tokens else self.special_tokens
+        words = pre_tokenize(
+            texts,
+            lowercase=self.lowercase,
+            strip_accents=self.strip_accents,
+            tokenize_chinese_chars=self.tokenize_chinese_chars,
+            special_tokens=special_tokens,
+        )
+        flat_words = words.flat_values
+        # Hugging Face's WordPiece makes a word of more than 100 characters
+        # one [UNK]. Such words and special tokens go through WordPiece as a
+        # one-character stand-in, which gives exactly one id to overwrite.
+        ids = tf.fill(tf.shape(flat_words), self.unk_id)
+        fixed = tf.strings.length(flat_words, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD
+        for token in special_tokens:
+            is_token = tf.equal(flat_words, token)
+            ids = tf.where(is_token, self.vocabulary.ids[token], ids)
+            fixed |= is_token
+        pieces = self.wordpiece.tokenize(tf.where(fixed, "x", flat_words))
+        fixed = repeat(fixed, pieces.row_lengths())
+        ids = repeat(ids, pieces.row_lengths())
+        pieces = pieces.with_flat_values(tf.where(fixed, ids, pieces.flat_values))
+        return merge_rows(pieces, words.row_splits)
 
 
 class BertTokenizer(tf.Module):
@@ -104,34 +217,16 @@ class BertTokenizer(tf.Module):
                 f"{', '.join(SPECIAL_TOKENS)}; add {UNK} to it, or build one with "
                 "kbert.text.train_wordpiece_vocabulary."
             )
-        self._vocabulary = _Vocabulary(vocabulary)
         self.lowercase = lowercase
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.split_special_tokens = split_special_tokens
-        self._special_tokens = tuple(t for t in SPECIAL_TOKENS if t in self._vocabulary.ids)
+        settings = (tuple(vocabulary), lowercase, strip_accents, tokenize_chinese_chars, split_special_tokens)
+        self._tokenization = _SHARED.get(settings)
+        if self._tokenization is None:
+            self._tokenization = _SHARED[settings] = _Tokenization(*settings)
+        self._vocabulary = self._tokenization.vocabulary
         self._tokens = tf.constant(vocabulary)
-        # Normalized text that may hold a special token (lowercased with the
-        # rest, still seen here) or a word of more than 100 characters. Only
-        # ASCII separators end a word here: a Unicode class repeated 101 times
-        # overflows RE2's DFA, and a false alarm merely takes the exact path.
-        word_end = r"\t\n\r !-/:-@\[-`{-~"
-        maybe = [f"[^{word_end}]{{{MAX_CHARS_PER_WORD + 1},}}"]
-        if self._special_tokens and not split_special_tokens:
-            maybe += [any_of_pattern([t.lower() if lowercase else t for t in self._special_tokens])]
-        self._needs_words = f"(?s).*(?:{'|'.join(maybe)}).*"
-        self._wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=vocabulary,
-            suffix_indicator=SUFFIX_INDICATOR,
-            # Words of more than MAX_CHARS_PER_WORD characters never reach it
-            # (they are [UNK] already), so the byte limit must never bite.
-            max_bytes_per_word=4 * MAX_CHARS_PER_WORD,
-            token_out_type=tf.int32,
-            unknown_token=UNK,
-            # Splitting on whitespace and punctuation inside the WordPiece
-            # kernel is BERT's pre-tokenization, with CJK ideographs split too.
-            no_pretokenization=not tokenize_chinese_chars,
-        )
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
@@ -190,64 +285,16 @@ class BertTokenizer(tf.Module):
             `tf.RaggedTensor` with one more (ragged) dimension than `texts`.
         """
         if isinstance(texts, tf.RaggedTensor):
-            return texts.with_flat_values(self._tokenize_batch(texts.flat_values))
+            return texts.with_flat_values(self._tokenization.tokenize(texts.flat_values))
         texts = tf.convert_to_tensor(texts, dtype=tf.string)
         if texts.shape.rank == 1:
-            return self._tokenize_batch(texts)
-        ids = self._tokenize_batch(tf.reshape(texts, [-1]))
+            return self._tokenization.tokenize(texts)
+        ids = self._tokenization.tokenize(tf.reshape(texts, [-1]))
         if texts.shape.rank == 0:
             return ids.values
         for size in reversed(texts.shape[1:]):
             ids = tf.RaggedTensor.from_uniform_row_length(ids, size)
         return ids
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
-    def _tokenize_batch(self, texts):
-        if not self.tokenize_chinese_chars:
-            return self._tokenize_words(texts)
-        # The fast path: normalize, then split and WordPiece in one kernel.
-        # Rows with a special token or a long word take the word-by-word path.
-        normalized = normalize(
-            texts,
-            lowercase=self.lowercase,
-            strip_accents=self.strip_accents,
-            tokenize_chinese_chars=self.tokenize_chinese_chars,
-        )
-        needs_words = tf.strings.regex_full_match(normalized, self._needs_words)
-        return tf.cond(
-            tf.reduce_any(needs_words),
-            lambda: _map_rows(
-                needs_words,
-                lambda rows: self._tokenize_words(tf.gather(texts, rows)),
-                lambda rows: self._wordpiece.tokenize(tf.gather(normalized, rows)),
-            ),
-            lambda: self._wordpiece.tokenize(normalized),
-        )
-
-    def _tokenize_words(self, texts):
-        special_tokens = () if self.split_special_tokens else self._special_tokens
-        words = pre_tokenize(
-            texts,
-            lowercase=self.lowercase,
-            strip_accents=self.strip_accents,
-            tokenize_chinese_chars=self.tokenize_chinese_chars,
-            special_tokens=special_tokens,
-        )
-        flat_words = words.flat_values
-        # Hugging Face's WordPiece makes a word of more than 100 characters
-        # one [UNK]. Such words and special tokens go through WordPiece as a
-        # one-character stand-in, which gives exactly one id to overwrite.
-        ids = tf.fill(tf.shape(flat_words), self.unk_id)
-        fixed = tf.strings.length(flat_words, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD
-        for token in special_tokens:
-            is_token = tf.equal(flat_words, token)
-            ids = tf.where(is_token, self.token_to_id(token), ids)
-            fixed |= is_token
-        pieces = self._wordpiece.tokenize(tf.where(fixed, "x", flat_words))
-        fixed = repeat(fixed, pieces.row_lengths())
-        ids = repeat(ids, pieces.row_lengths())
-        pieces = pieces.with_flat_values(tf.where(fixed, ids, pieces.flat_values))
-        return merge_rows(pieces, words.row_splits)
 
     def detokenize(self, ids):
         """Turns ids back into text: tokens joined by spaces, `##` pieces merged.

@@ -90,6 +90,15 @@ def train_wordpiece_vocabulary(
         lower_thresh=min(10, max(1, sum(word_counts.values()) // 100_000)),
         joiner=SUFFIX_INDICATOR,
     )
+    # The learner's size is a target: where its search for a count threshold
+    # runs out (threshold 1, on a small corpus), it returns more tokens than
+    # asked. Keep the special tokens and every character alone and as a
+    # continuation, then the learned pieces in the learner's order (most
+    # frequent first).
+    required = {*SPECIAL_TOKENS, *characters, *(SUFFIX_INDICATOR + c for c in characters)}
+    learned = [t for t in vocabulary if t not in required]
+    kept = set(learned[:vocabulary_size - len(required)])
+    vocabulary = [t for t in vocabulary if t in required or t in kept]
     if output is not None:
         write_vocabulary(vocabulary, output)
     return vocabulary

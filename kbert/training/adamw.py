@@ -72,9 +72,9 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     on TensorFlow one `ResourceApplyAdam` op per weight (`kbert.backend.
     adam_update`, also under a `tf.distribute` strategy other than a TPU's),
     with the decay, the rate, the betas and the step's powers computed once
-    per step, not once per weight: MiniLM's traced update had 1,438 ops
-    instead of 7,049 and traced in 0.8 s instead of 5.4 s; now 10 ops a
-    decayed weight, clipping included (`kbert.backend.clip_by_global_norm`:
+    per step, not once per weight, so that the traced update is a few ops
+    a weight and traces in a fraction of the time (docs/benchmarks.md,
+    "Measurements behind the code"); clipping included (`kbert.backend.clip_by_global_norm`:
     one pass over a gradient where it needs no scaling). JAX keeps Keras'
     update, which XLA fuses.
 

@@ -131,6 +131,49 @@ class CosineSimilarityLoss(keras.losses.Loss):
         return ops.square(cosine - ops.reshape(ops.cast(y_true, "float32"), (-1,)))
 
 
+@keras.saving.register_keras_serializable(package="kbert")
+class MatryoshkaLoss(keras.losses.Loss):
+    """Matryoshka representation learning (Kusupati et al. 2022;
+    sentence-transformers' `MatryoshkaLoss`): `loss` on the embeddings cut to
+    each of `dims` (their first `d` values), summed with `weights`, so that
+    the first dimensions alone embed well and `truncate_dim` can cut them.
+
+    Args:
+        loss: the loss to wrap, e.g. `MultipleNegativesRankingLoss()` or
+            `CoSENTLoss()`.
+        dims: the dimensions trained, e.g. `[384, 256, 128, 64]`.
+        weights: each dimension's weight (1 each by default).
+
+    Example:
+    >>> loss = kbert.training.contrastive.MatryoshkaLoss(MultipleNegativesRankingLoss(), [384, 128, 64])
+    >>> embedder.compile(loss=loss)
+    >>> embedder.fit((questions, passages))
+    """
+
+    def __init__(self, loss, dims, weights=None, name="matryoshka_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if isinstance(loss, dict):
+            loss = keras.saving.deserialize_keras_object(loss)
+        dims = [int(d) for d in dims]
+        if not dims or min(dims) < 1:
+            raise ValueError(f"dims={dims}: give the embedding sizes to train, e.g. [384, 128, 64].")
+        weights = [1.0] * len(dims) if weights is None else [float(w) for w in weights]
+        if len(weights) != len(dims):
+            raise ValueError(f"Got {len(weights)} weights for {len(dims)} dims; give one weight per dimension.")
+        self.loss, self.dims, self.weights = loss, dims, weights
+
+    def call(self, y_true, y_pred):
+        if y_pred.shape[-1] is not None and max(self.dims) > y_pred.shape[-1]:
+            raise ValueError(f"MatryoshkaLoss dims {self.dims} go past the embedding's {y_pred.shape[-1]} dimensions.")
+        # Cut, then unit length again, as sentence-transformers' `shrink`.
+        return sum(w * self.loss.call(y_true, _unit(ops.cast(y_pred[..., :d], "float32")))
+                   for d, w in zip(self.dims, self.weights))
+
+    def get_config(self):
+        return {**super().get_config(), "loss": keras.saving.serialize_keras_object(self.loss), "dims": self.dims,
+                "weights": self.weights}
+
+
 def batches_without_duplicates(columns, batch_size, seed=None):
     """Shuffled batches (lists of example indices) in which no text appears
     twice (sentence-transformers' `NoDuplicatesBatchSampler`): with in-batch

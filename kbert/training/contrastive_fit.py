@@ -75,7 +75,10 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
     """Trains `embedder`'s weights on batches of `num_columns` columns:
     `fit` of a `columns_model` of it (or, with `mini_batch_size`, its
     `CachedColumnsModel`) with `loss` and the embedder's optimizer and
-    `jit_compile`. Returns the `History`.
+    `jit_compile`. Callbacks are given the embedder as their model (what
+    they set on it, `stop_training`, stops this fit), and in their `params`
+    the `mini_batches` a replica runs a step (0 without GradCache). Returns
+    the `History`.
 
     Args:
         embedder: a compiled Keras model from a dict of int32 `[batch, length]`
@@ -85,53 +88,108 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
         loss: a loss of `[batch, columns, dim]` embeddings
             (`kbert.training.contrastive`).
         mini_batch_size: GradCache's mini-batch (see `CachedColumnsModel`), or None.
-        frozen: layers held untrainable for this fit (set back after it).
+        frozen: variables of the embedder that this fit leaves as they are
+            (the layers themselves stay as they are).
         **kwargs: for Keras' `fit`.
     """
     # Made in the strategy the embedder was built in (if any), so that fit
     # runs on its replicas.
     strategy = getattr(embedder, "_distribute_strategy", None)
-    trainable = [layer.trainable for layer in frozen]
-    for layer in frozen:
-        layer.trainable = False
-    try:
-        with strategy.scope() if strategy is not None else contextlib.nullcontext():
-            model = columns_model(embedder, num_columns)
-            # Under a tf.distribute strategy each replica runs its share of
-            # the global batch, in as many mini-batches as that needs.
-            replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-            per_replica = -(-batch_size // replicas)
-            if mini_batch_size is not None and mini_batch_size < per_replica:
-                model = CachedColumnsModel(model, mini_batch_size, -(-per_replica // mini_batch_size))
-            model.compile(optimizer=embedder.optimizer, loss=loss, jit_compile=embedder.jit_compile)
-            if not embedder.optimizer.built:
-                # Over the variables trained here, frozen ones left out: the
-                # optimizer's state is saved and loaded back in this order.
-                embedder.optimizer.build(model.trainable_variables)
-        kwargs.pop("shuffle", None)  # done in the batches, per epoch
-        return model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False, **kwargs)
-    finally:
-        for layer, was in zip(frozen, trainable):
-            layer.trainable = was
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = columns_model(embedder, num_columns, frozen)
+        # Under a tf.distribute strategy each replica runs its share of
+        # the global batch, in as many mini-batches as that needs.
+        replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+        per_replica = -(-batch_size // replicas)
+        mini_batches = 0  # a replica's per step, with GradCache
+        if mini_batch_size is not None and mini_batch_size < per_replica:
+            mini_batches = -(-per_replica // mini_batch_size)
+            model = CachedColumnsModel(model, mini_batch_size, mini_batches)
+        model.compile(optimizer=embedder.optimizer, loss=loss, jit_compile=embedder.jit_compile)
+        if not embedder.optimizer.built:
+            # Over the variables trained here, frozen ones left out: the
+            # optimizer's state is saved and loaded back in this order.
+            embedder.optimizer.build(model.trainable_variables)
+    kwargs.pop("shuffle", None)  # done in the batches, per epoch
+    verbose = kwargs.pop("verbose", "auto")
+    verbose = 1 if verbose == "auto" else verbose
+    callbacks = keras.callbacks.CallbackList(kwargs.pop("callbacks", None), add_history=True,
+                                             add_progbar=verbose != 0, verbose=verbose, epochs=epochs,
+                                             steps=steps_per_epoch, mini_batches=mini_batches, model=embedder)
+    return model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False, verbose=verbose,
+                     callbacks=callbacks, **kwargs)
 
 
-class ColumnsModel(DistributedTraining, keras.Model):
+class _ColumnsTraining:
+    """Mixed into a model that trains an embedder's variables, less `frozen` ones
+    (held out of its trainable variables, passed in rather than switched
+    on the embedder's layers), on behalf of the embedder: `stop_training`
+    and `history`, which callbacks set on their model, are the embedder's."""
+
+    def _train_for(self, embedder, frozen):
+        # Kept outside Keras' tracking: the embedder is a layer of this
+        # model already, and its variables are this model's.
+        self.__dict__["_embedder"] = embedder
+        self.__dict__["_frozen"] = frozenset(id(v) for v in frozen)
+
+    def _held(self, variables):
+        frozen = self.__dict__.get("_frozen", frozenset())
+        return [v for v in variables if id(v) in frozen], [v for v in variables if id(v) not in frozen]
+
+    @property
+    def trainable_variables(self):
+        return self._held(super().trainable_variables)[1]
+
+    @property
+    def trainable_weights(self):
+        return self._held(super().trainable_weights)[1]
+
+    @property
+    def non_trainable_variables(self):
+        return super().non_trainable_variables + self._held(super().trainable_variables)[0]
+
+    @property
+    def non_trainable_weights(self):
+        return super().non_trainable_weights + self._held(super().trainable_weights)[0]
+
+    @property
+    def stop_training(self):
+        embedder = self.__dict__.get("_embedder")
+        return embedder.stop_training if embedder is not None else self.__dict__.get("_stop_training", False)
+
+    @stop_training.setter
+    def stop_training(self, value):
+        embedder = self.__dict__.get("_embedder")
+        if embedder is not None:
+            embedder.stop_training = value
+        else:
+            self.__dict__["_stop_training"] = value
+
+    @property
+    def history(self):
+        return self._embedder.history
+
+
+class ColumnsModel(_ColumnsTraining, DistributedTraining, keras.Model):
     """The embedder on each column of a batch: a plain functional model with
     the fixes that let Keras train it under any `tf.distribute` strategy."""
 
 
-def columns_model(embedder, num_columns):
-    """A model of `embedder`'s weights that embeds each column of a batch:
-    `[batch, columns, dim]`, what the contrastive losses take."""
+def columns_model(embedder, num_columns, frozen=()):
+    """A model of `embedder`'s weights, less the variables `frozen`, that
+    embeds each column of a batch: `[batch, columns, dim]`, what the
+    contrastive losses take."""
     inputs = tuple(
         {name: keras.Input(shape=(None,), dtype="int32", name=f"{name}_{i}") for name in embedder.input}
         for i in range(num_columns)
     )
     outputs = ops.stack([embedder(features) for features in inputs], axis=1)
-    return ColumnsModel(inputs, outputs, name=f"{embedder.name}_columns")
+    model = ColumnsModel(inputs, outputs, name=f"{embedder.name}_columns")
+    model._train_for(embedder, frozen)
+    return model
 
 
-class CachedColumnsModel(DistributedTraining, keras.Model):
+class CachedColumnsModel(_ColumnsTraining, DistributedTraining, keras.Model):
     """GradCache (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch
     Size under Memory Limited Setup"; sentence-transformers'
     `CachedMultipleNegativesRankingLoss`). The columns model runs on
@@ -170,6 +228,7 @@ class CachedColumnsModel(DistributedTraining, keras.Model):
             raise ValueError(f"{len(self._seed_states)} dropout layers: GradCache replays at most "
                              f"{self._SPACING // 2}.")
         self.chunk_seeds = keras.random.SeedGenerator()
+        self._train_for(columns._embedder, [v for v in columns.variables if id(v) in columns._frozen])
 
     def call(self, inputs, training=False):
         size = ops.shape(keras.tree.flatten(inputs)[0])[0]

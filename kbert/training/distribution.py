@@ -20,6 +20,7 @@ import os
 
 import keras
 
+from kbert.backend import keras_private
 from kbert.training import partial_batches
 
 
@@ -139,10 +140,18 @@ class DistributedTraining:
 
     The overrides of `_maybe_symbolic_build`, `_symbolic_build` and
     `_make_function` are of private Keras methods
-    (keras/src/backend/{tensorflow,jax}/trainer.py), as are the data adapters
-    used on JAX; where a backend or Keras version does not call them, they
-    are never called.
+    (keras/src/backend/{tensorflow,jax}/trainer.py), listed in
+    `kbert.backend.keras_private.TRAINER_METHODS`, as are the data adapters
+    used on JAX: where a backend or Keras version does not call them, they
+    are never called, and the two features that need them refuse to run on
+    a Keras that lacks them (`_check_trainer`) rather than train wrongly.
     """
+
+    def _check_trainer(self):
+        missing = keras_private.missing_trainer_methods()
+        if missing:
+            raise RuntimeError("; ".join(missing.values()) + ". Install Keras 3.15 (pip install 'keras==3.15.*') "
+                               "for this feature.")
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         # Keras' TensorFlow trainer builds the model on a first batch that it
@@ -213,6 +222,8 @@ class DistributedTraining:
             steps_per_epoch=None, validation_split=0.0, validation_data=None, validation_batch_size=None,
             validation_steps=None, **kwargs):
         devices = partial_batches.batch_devices()
+        if devices > 1 or self._multi_worker():
+            self._check_trainer()
         if devices > 1 and not isinstance(x, partial_batches.PaddedBatches):
             x, validation_data = partial_batches.for_fit(
                 devices, x, y, sample_weight, batch_size, steps_per_epoch, shuffle, class_weight,
@@ -226,6 +237,8 @@ class DistributedTraining:
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, steps=None, **kwargs):
         devices = partial_batches.batch_devices()
+        if devices > 1 or self._multi_worker():
+            self._check_trainer()
         if devices > 1 and not isinstance(x, partial_batches.PaddedBatches):
             x = partial_batches.PaddedBatches.of(devices, x, y, sample_weight, batch_size, steps)
             y = sample_weight = None
@@ -233,6 +246,8 @@ class DistributedTraining:
 
     def predict(self, x, batch_size=None, steps=None, **kwargs):
         devices = partial_batches.batch_devices()
+        if devices > 1:
+            self._check_trainer()
         if devices > 1 and not isinstance(x, partial_batches.PaddedBatches):
             x = partial_batches.PaddedBatches.of(devices, x, batch_size=batch_size, steps=steps)
             self._build_on(x.first_x)
@@ -246,6 +261,14 @@ class DistributedTraining:
         # Keras' JAX predict_on_batch hands `x` to the step as it is, where
         # the whole batch would run on every device: spread it.
         return super().predict_on_batch(partial_batches.spread(partial_batches.pad(x, devices)))
+
+    def _multi_worker(self):
+        strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is None or keras.backend.backend() != "tensorflow":
+            return False
+        import tensorflow as tf
+
+        return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
     def _build_on(self, first_x):
         # As Keras' predict builds an unbuilt model on its first batch's

@@ -15,14 +15,16 @@ spread over the devices (XLA pads it within the step as it needs).
 `predict` and `predict_on_batch`.
 
 Keras' data adapters (what `fit` makes of arrays, `tf.data`, generators ...)
-are private Keras API (keras/src/trainers/data_adapters), in every Keras 3.
+are private Keras API (keras/src/trainers/data_adapters), reached through
+`kbert.backend.keras_private`: a Keras without them fails this feature only.
 """
 
 import collections
 
 import keras
 import numpy as np
-from keras.src.trainers.data_adapters.data_adapter import DataAdapter
+
+from kbert.backend import keras_private
 
 # A batch on its way to the devices, padded to a multiple of them: `batch`
 # (Keras' `(x, y, sample_weight)`, or `(x,)`) with copies of its first rows
@@ -122,10 +124,8 @@ def for_fit(devices, x, y, sample_weight, batch_size, steps, shuffle, class_weig
             validation_data, validation_batch_size, validation_steps):
     """`fit`'s training and validation data as `PaddedBatches`, split as
     Keras' fit splits `validation_split` (arrays only, before batching)."""
-    from keras.src.trainers.data_adapters import array_slicing
-
     if validation_split and validation_data is None:
-        (x, y, sample_weight), validation_data = array_slicing.train_validation_split(
+        (x, y, sample_weight), validation_data = keras_private.get("train_validation_split")(
             (x, y, sample_weight), validation_split=validation_split)
     training = PaddedBatches.of(devices, x, y, sample_weight, batch_size, steps, shuffle, class_weight)
     if validation_data is not None:
@@ -135,15 +135,14 @@ def for_fit(devices, x, y, sample_weight, batch_size, steps, shuffle, class_weig
     return training, validation_data
 
 
-class PaddedBatches(DataAdapter):
+class PaddedBatches(keras_private.data_adapter_base()):
     """Keras' data adapter of some data (`of`), its batches handed on as
     `PaddedBatch`es. Keras' trainers take an adapter where they take `x`."""
 
     @classmethod
     def of(cls, devices, x, y=None, sample_weight=None, batch_size=None, steps=None, shuffle=False,
            class_weight=None):
-        from keras.src.trainers.data_adapters import get_data_adapter
-
+        get_data_adapter = keras_private.get("get_data_adapter")
         return cls(get_data_adapter(x, y, sample_weight, batch_size=batch_size, steps_per_epoch=steps,
                                     shuffle=shuffle, class_weight=class_weight), devices)
 

@@ -32,7 +32,7 @@ def test_attention_written_out_equals_keras_dot_product_attention(monkeypatch, m
              "sequence_ids": np.array([[1, 1, 1, 2, 2, 0, 0], [1, 1, 2, 2, 2, 3, 3]], "int32")}
     keras_attention, written_out = [], []
     for fuses, outputs in ((True, keras_attention), (False, written_out)):
-        monkeypatch.setattr(backend._current(), "fuses_attention", lambda fuses=fuses: fuses)
+        monkeypatch.setattr(backend._current(), "fuses_attention", lambda dropout=False, fuses=fuses: fuses)
         outputs.append(to_numpy(layer(x, **{masking: masks[masking]})))
     np.testing.assert_allclose(written_out[0], keras_attention[0], rtol=1e-5, atol=1e-5)
 
@@ -44,7 +44,7 @@ def test_inference_attention_in_bfloat16_equals_the_float32_softmax(monkeypatch,
     layer = built_encoder(dtype="mixed_bfloat16")
     x = np.random.default_rng(5).normal(size=(2, 9, 16)).astype("float32")
     mask = np.array([[1] * 6 + [0] * 3, [1] * 9], "int32")
-    monkeypatch.setattr(backend._current(), "fuses_attention", lambda: False)
+    monkeypatch.setattr(backend._current(), "fuses_attention", lambda dropout=False: False)
     taken_as_is = to_numpy(keras.ops.cast(layer(x, padding_mask=mask), "float32"))
     monkeypatch.setattr(TransformerEncoder, "_bfloat16_softmax_is_exact", staticmethod(lambda logits, training: False))
     cast_to_float32 = to_numpy(keras.ops.cast(layer(x, padding_mask=mask), "float32"))
@@ -54,6 +54,7 @@ def test_inference_attention_in_bfloat16_equals_the_float32_softmax(monkeypatch,
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="the bfloat16 softmax is taken as is on PyTorch only")
 def test_training_attention_in_bfloat16_equals_the_float32_softmax(monkeypatch, bfloat16):
     layer = built_encoder(dtype="mixed_bfloat16")
+    monkeypatch.setattr(backend._current(), "fuses_attention", lambda dropout=False: False)  # written out
     layer.dropout = 0.1  # the training path with probabilities and dropout ...
     layer.attention_dropout.rate = layer.residual_dropout.rate = 0.0  # ... whose masks are identities here
     x = keras.ops.convert_to_tensor(np.random.default_rng(5).normal(size=(2, 9, 16)).astype("float32"))
@@ -96,7 +97,7 @@ class FixedDropout(keras.layers.Layer):
 
     def __init__(self, mask, scale):
         super().__init__()
-        self.mask, self.scale = mask, scale
+        self.mask, self.scale, self.rate = mask, scale, 1 - 1 / scale
 
     def draws_its_own_mask(self):
         return False
@@ -108,6 +109,7 @@ class FixedDropout(keras.layers.Layer):
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="the attention dropout's scale moves to the values on PyTorch only")
 def test_attention_dropout_scaling_the_values_equals_scaling_the_probabilities(monkeypatch):
     layer = built_encoder()
+    monkeypatch.setattr(backend._current(), "fuses_attention", lambda dropout=False: False)  # written out
     layer.dropout = layer.attention_dropout.rate = 0.5  # the training path, with attention dropout ...
     layer.residual_dropout.rate = 0.0  # ... only
     x = np.random.default_rng(6).normal(size=(2, 5, 16)).astype("float32")

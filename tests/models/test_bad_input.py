@@ -1,6 +1,8 @@
 """Wrong input to a task model fails at once, in Python, saying what to fix:
 before any tracing or training, alike on every backend."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -39,7 +41,7 @@ def test_whole_float_labels_are_class_ids(minilm_dir):
 
 def test_one_hot_labels_are_refused_with_the_fix(minilm_dir):
     refused(tiny_classifier(minilm_dir), "fit", TEXTS, np.eye(2)[[0, 1, 0, 1]],
-            match=r"shape \(4, 2\): one-hot .* labels.argmax\(axis=-1\)")
+            match=r"shape \(4, 2\): rows of 2 values.*labels.argmax\(axis=-1\).*multi_label_classification")
 
 
 @pytest.mark.parametrize("method", ["fit", "evaluate"])
@@ -138,3 +140,15 @@ def test_a_tuple_of_strings_says_it_is_read_as_a_pair(minilm_dir):
                  lambda: model(("a fine film", "a dull film"))):
         with pytest.raises(ValueError, match=r"tuple of 2 strings.*read as a pair of lists.*pass a list: \["):
             call()
+
+
+@pytest.mark.parametrize("method", ["fit", "evaluate", "predict", "classify"])
+def test_a_batch_size_that_is_not_a_whole_number_of_at_least_1_is_refused(minilm_dir, method):
+    model = tiny_classifier(minilm_dir)
+    args = (TEXTS,) if method in ("predict", "classify") else (TEXTS, [0, 1, 0, 1])
+    for batch_size in (0, -3, 2.5, "8", True):
+        with pytest.raises(ValueError, match=rf"batch_size={re.escape(repr(batch_size))}: give the number of "
+                                             r"examples in a batch, a whole number of at least 1"):
+            getattr(model, method)(*args, batch_size=batch_size)
+    assert model.train_function is None and model.test_function is None and model.predict_function is None
+    getattr(model, method)(*args, batch_size=np.int64(3))  # numpy's ints are whole numbers too

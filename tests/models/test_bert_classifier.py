@@ -35,6 +35,14 @@ def test_bare_checkpoint_gets_a_fresh_head_of_the_requested_size(tmp_path):
     assert tuple(model(random_inputs(2, 5, 120)).shape) == (2, 4)
 
 
+def test_repeated_class_names_are_refused():
+    # "a" would map to one class only, and the other would never be trained.
+    backbone = kbert.BertBackbone(vocabulary_size=60, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
+    for cls in (kbert.BertClassifier, kbert.BertTokenClassifier):
+        with pytest.raises(ValueError, match=r"class_names=\['a', 'a', 'b'\] names 'a' more than once"):
+            cls(backbone, 3, class_names=["a", "a", "b"])
+
+
 def test_fresh_heads_are_drawn_as_transformers_draws_them():
     # transformers' `_init_weights`: normal(0, 0.02), untruncated, zero bias.
     # BERT's truncated normal (no draw beyond 2 standard deviations, a

@@ -98,6 +98,15 @@ def test_masked_lm_fits_raw_strings_with_fresh_masks_each_epoch(minilm_dir):
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
 
 
+@pytest.mark.parametrize("packing", [False, True])
+def test_masked_lm_fit_on_texts_with_nothing_to_mask_is_refused(minilm_dir, packing):
+    backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=1, num_heads=2, hidden_dim=16,
+                                  intermediate_dim=32, max_sequence_length=32, packing=packing)
+    model = kbert.BertMaskedLM(backbone, kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=16))
+    with pytest.raises(ValueError, match="All 3 texts are empty or whitespace.*none to mask"):
+        model.fit(["", "  ", "\t\n"], epochs=1, verbose=0)
+
+
 def test_masked_lm_from_a_preset_packs_raw_texts_into_rows(minilm_dir):
     model = kbert.BertMaskedLM.from_preset(minilm_dir, sequence_length=64)
     assert model.backbone.packing

@@ -234,3 +234,67 @@ def test_save_to_preset_keeps_the_window_settings(preprocessor, tmp_path):
     assert (restored.stride, restored.max_answer_length, restored.preprocessor.sequence_length) == (48, 12, 96)
     inputs = random_inputs(2, 20, 30522)
     np.testing.assert_array_equal(to_numpy(model(inputs)["start_logits"]), to_numpy(restored(inputs)["start_logits"]))
+
+
+AUSTEN = "Jane Austen wrote Pride and Prejudice in 1813."
+
+
+def test_a_training_answer_not_at_its_start_is_refused_naming_it(preprocessor):
+    model = tiny_answerer(preprocessor)
+    answers = [{"text": "Jane Austen", "answer_start": 0}, {"text": "1813", "answer_start": 5}]
+    with pytest.raises(ValueError, match=r"Answer 1 .* not at answer_start=5 .* reads 'Aust'.* The text is at 41"):
+        model.fit((["Who wrote it?", "When?"], [AUSTEN, AUSTEN]), answers, epochs=1, verbose=0)
+
+
+def test_answer_text_is_compared_with_whitespace_collapsed_as_squads_evaluation(preprocessor):
+    model = tiny_answerer(preprocessor)
+    context = "Jane  Austen\nwrote it."
+    parts = model.preprocessor.examples((["Who?"], [context]), [{"text": "Jane Austen\twrote", "answer_start": 0}])
+    assert (int(parts[2][0]), int(parts[3][0])) == (0, len("Jane  Austen\nwrote"))
+
+
+def test_unanswerable_questions_train_cls_as_start_and_end(preprocessor):
+    model = tiny_answerer(preprocessor, stride=20)
+    examples = read_squad(2)
+    questions, contexts = [q for q, _, _ in examples] * 2, [c for _, c, _ in examples] * 2
+    # SQuAD 2.0 as its JSON writes them, and as Hugging Face datasets' squad_v2 does.
+    answers = [a[0] for _, _, a in examples] + [{"text": "", "answer_start": 0}, {"text": [], "answer_start": []}]
+    parts = model.preprocessor.examples((questions, contexts), answers)
+    batch = model.preprocessor.batch_function(model.head_settings(), labeled=True)
+    features, positions, _ = batch(*parts)
+    example = windowed(model, questions, contexts)["example"].numpy()
+    for name in ("start_logits", "end_logits"):
+        at = positions[name].numpy()
+        assert (at[example >= 2] == 0).all()  # [CLS] in every window of the unanswerable ones
+        assert (at[example < 2] > 0).any()
+    history = model.fit((questions, contexts), answers, batch_size=4, epochs=1, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+
+
+def test_null_score_margin_answers_nothing_where_cls_beats_the_best_span(preprocessor):
+    model = tiny_answerer(preprocessor, stride=20)
+    examples = read_squad(8)
+    questions, contexts = [q for q, _, _ in examples], [c for _, c, _ in examples]
+    spans = model.answer(questions, contexts)
+    # run_squad.py's null score: the lowest [CLS] start + end of the example's windows.
+    logits = model.predict((questions, contexts), verbose=0)
+    cls = logits["start_logits"][:, 0] + logits["end_logits"][:, 0]
+    example = windowed(model, questions, contexts)["example"].numpy()
+    np.testing.assert_allclose([s["null_score"] for s in spans], [cls[example == i].min() for i in range(8)],
+                               atol=1e-5)
+
+    # A margin between the examples' (null - best span) differences: those
+    # above it answer "" with the null score, the others keep their span.
+    differences = np.array([s["null_score"] - s["score"] for s in spans])
+    margin = float(np.median(differences))
+    strict = BertQuestionAnswerer(model.backbone, model.preprocessor, stride=20, null_score_margin=margin)
+    strict.get_layer("span_logits").set_weights(model.get_layer("span_logits").get_weights())
+    answers = strict.answer(questions, contexts)
+    assert 0 < (differences > margin).sum() < 8
+    for span, answer, difference in zip(spans, answers, differences):
+        if difference > margin:
+            assert (answer["answer"], answer["start"], answer["end"]) == ("", 0, 0)
+            assert answer["score"] == pytest.approx(span["null_score"])
+        else:
+            assert answer == span
+    assert BertQuestionAnswerer.from_config(strict.get_config()).null_score_margin == margin

@@ -172,6 +172,12 @@ def test_tags_of_a_text_split_where_berts_pre_tokenizer_splits(preprocessor):
     assert model.tags([["Jane", "Austen"]])[0] == [("Jane", "B-PER", tagged[0][2]), ("Austen", "B-PER", tagged[0][2])]
 
 
+def test_classify_points_to_tags_and_entities(preprocessor):
+    model = tiny_tagger(preprocessor)
+    with pytest.raises(TypeError, match=r"labels each word.*model\.tags\(texts\).*model\.entities\(texts\)"):
+        model.classify(["Jane lived in Bath."])
+
+
 def test_predict_returns_the_logits_of_every_token(preprocessor):
     model = tiny_tagger(preprocessor)
     logits = model.predict(["Jane lived in Bath.", "Bath"], verbose=0)

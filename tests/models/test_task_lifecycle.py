@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -120,6 +121,23 @@ def test_saved_and_loaded_in_a_fresh_process_predicts_the_same_and_trains_on(nam
     assert resumed["iterations"] == int(model.optimizer.iterations) > 0
     assert resumed["after"] > resumed["iterations"]
     assert resumed["recipe"] == model.recipe and resumed["recipe"]["learning_rate"] == 1e-3
+
+
+@pytest.mark.parametrize("name", ["token_classifier", "question_answerer"])
+def test_tasks_that_read_no_pooler_leave_it_out_of_training_without_a_warning(name, minilm_dir):
+    # As in transformers' BertForTokenClassification and BertForQuestionAnswering.
+    model = build(name, minilm_dir)
+    pooler = model.backbone.pooled_dense.weights
+    before = [to_numpy(v) for v in pooler]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(*ALL_TASKS[name][1](), epochs=1, batch_size=3, verbose=0)
+    assert [str(w.message) for w in caught if "Gradients do not exist" in str(w.message)] == []
+    # Not trained (nor decayed), and counted as non-trainable.
+    assert all(np.array_equal(b, to_numpy(v)) for b, v in zip(before, pooler))
+    assert not {id(v) for v in pooler} & {id(v) for v in model.trainable_weights + model.trainable_variables}
+    assert {id(v) for v in pooler} <= {id(v) for v in model.non_trainable_weights}
+    assert {id(v) for v in pooler} <= {id(v) for v in model.non_trainable_variables}
 
 
 @pytest.mark.parametrize("name", list(TASKS))
@@ -267,3 +285,30 @@ def test_from_preset_opens_each_file_of_the_preset_once(layout, minilm_dir, tmp_
     assert {"vocab.txt", "tokenizer_config.json"} <= names
     assert ("kbert_config.json" if layout == "kbert" else "config.json") in names
 
+
+
+_SCORED_FIT = """
+import sys
+import keras
+import kbert  # registers kbert's classes
+from tests.models.test_task_lifecycle import TEXTS
+model = keras.models.load_model(sys.argv[1])
+history = model.fit((TEXTS, TEXTS[::-1]), [0.0, 0.2, 0.4, 0.6, 0.8, 1.0], batch_size=6, verbose=0)
+print(history.history["loss"][0])
+"""
+
+
+def test_the_embedders_default_loss_choice_survives_a_reload_in_a_fresh_process(minilm_dir, tmp_path):
+    # Compiled with the default loss, scored pairs train CoSENTLoss, before a
+    # save as after `load_model`: the compile config keeps the choice ("auto").
+    model = build("embedder", minilm_dir)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    assert model.get_compile_config()["loss"] == "auto"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run([sys.executable, "-c", _SCORED_FIT, path], capture_output=True, text=True,
+                            cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert result.returncode == 0, result.stderr[-3000:]
+    history = model.fit((TEXTS, TEXTS[::-1]), [0.0, 0.2, 0.4, 0.6, 0.8, 1.0], batch_size=6, verbose=0)
+    # (One step: the loss of the saved weights, CoSENT's, not in-batch negatives'.)
+    assert float(result.stdout.strip().splitlines()[-1]) == pytest.approx(history.history["loss"][0], rel=1e-5)

@@ -5,6 +5,8 @@ import os
 import shutil
 import time
 
+import h5py
+import numpy as np
 import pytest
 
 import kbert
@@ -174,3 +176,53 @@ def test_kbert_layout_configs_are_checked_too(tmp_path):
     edit_config(tmp_path, "kbert_config.json", num_layers=100_000, hidden_dim=768)
     with pytest.raises(ValueError, match=r"kbert_config\.json describes a model of [\d,]+ parameters .*num_layers=100,000"):
         kbert.BertBackbone.from_preset(str(tmp_path))
+
+
+def test_hugging_face_weights_not_floating_point_or_not_finite_are_refused_naming_each(checkpoint):
+    from safetensors.numpy import load_file, save_file
+
+    tensors = {name: value.copy() for name, value in load_file(checkpoint / "model.safetensors").items()}
+    query = "encoder.layer.0.attention.self.query.weight"
+    tensors[query] = tensors[query].astype("int32")
+    tensors["encoder.layer.1.output.dense.bias"][:] = np.nan
+    tensors["embeddings.LayerNorm.weight"][3] = np.inf
+    save_file(tensors, checkpoint / "model.safetensors")
+    with pytest.raises(ValueError) as error:
+        kbert.BertBackbone.from_preset(str(checkpoint))
+    message = str(error.value)
+    assert f"The weights in {checkpoint / 'model.safetensors'} cannot be used" in message
+    assert f"tensor {query} holds int32 values; weights are floating point" in message
+    assert "tensor encoder.layer.1.output.dense.bias holds 32 NaN or infinite values (of 32)" in message
+    assert "tensor embeddings.LayerNorm.weight holds 1 NaN or infinite values (of 32)" in message
+
+
+def spoil(path, shape, how):
+    """Makes the one weight of `shape` in the Keras weights file at `path`
+    int32 (`how="int32"`) or NaN at one value; returns its name there."""
+    with h5py.File(path, "r+") as f:
+        names = []
+        f.visititems(lambda name, item: names.append(name) if getattr(item, "shape", None) == shape else None)
+        [name] = names
+        if how == "int32":
+            value = f[name][()]
+            del f[name]
+            f[name] = value.astype("int32")
+        else:
+            f[name][(0,) * len(shape)] = np.nan
+    return name
+
+
+@pytest.mark.parametrize("how, problem", [("int32", "holds int32 values"), ("nan", "holds 1 NaN or infinite values")])
+def test_kbert_preset_weights_not_floating_point_or_not_finite_are_refused_naming_them(tmp_path, minilm_dir, how,
+                                                                                          problem):
+    backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                                  max_sequence_length=16)
+    backbone.save_to_preset(str(tmp_path / "backbone"))
+    name = spoil(tmp_path / "backbone" / "model.weights.h5", (8, 16), how)  # the intermediate kernel
+    with pytest.raises(ValueError, match=rf"model\.weights\.h5 cannot be used:\n  tensor {name} {problem}"):
+        kbert.BertBackbone.from_preset(str(tmp_path / "backbone"))
+    preprocessor = kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=8)
+    kbert.BertClassifier(backbone, 3, preprocessor).save_to_preset(str(tmp_path / "classifier"))
+    name = spoil(tmp_path / "classifier" / "task.weights.h5", (8, 3), how)  # the head's kernel
+    with pytest.raises(ValueError, match=rf"task\.weights\.h5 cannot be used:\n  tensor {name}\b.* {problem}"):
+        kbert.BertClassifier.from_preset(str(tmp_path / "classifier"))

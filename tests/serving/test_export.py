@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kbert
+from kbert.cli import main
 
 HOSTILE = [
     "",
@@ -99,7 +100,7 @@ class Exports(dict):
 
     def __missing__(self, name):
         model, folder = self.models[name], str(self.root / EXPORTS[name])
-        if name in ("pairs", "pretrainer"):
+        if name in ("pairs", "regression", "pretrainer"):
             self[name] = kbert.serving.export(model, folder, pairs=True)
         elif name == "masked_lm":
             self[name] = model.export(folder, top_k=3)
@@ -108,7 +109,7 @@ class Exports(dict):
         return self[name]
 
 
-EXPORTS = {"classifier": "sentiment", "pairs": "pairs", "embedder": "embedder/7", "tagger": "tagger", "qa": "qa",
+EXPORTS = {"classifier": "sentiment", "pairs": "pairs", "regression": "similarity", "multi_label": "emotions", "embedder": "embedder/7", "tagger": "tagger", "qa": "qa",
            "masked_lm": "masked_lm", "pretrainer": "pretrainer"}
 
 
@@ -119,6 +120,9 @@ def exports(minilm_dir, tmp_path_factory):
     models = {
         "classifier": kbert.BertClassifier(tiny_backbone(), 2, preprocessor, class_names=["negative", "positive"]),
         "pairs": kbert.BertClassifier(tiny_backbone(), 3, preprocessor),
+        "regression": kbert.BertClassifier(tiny_backbone(), 1, preprocessor),
+        "multi_label": kbert.BertClassifier(tiny_backbone(), 3, preprocessor, class_names=["joy", "anger", "fear"],
+                                            problem_type="multi_label_classification", threshold=0.45),
         "embedder": kbert.BertTextEmbedder(tiny_backbone(), preprocessor),
         "tagger": kbert.BertTokenClassifier(tiny_backbone(), 3, preprocessor, class_names=["O", "B-LOC", "I-LOC"]),
         # Windows of 32 tokens, 8 apart: the long contexts take several.
@@ -304,6 +308,40 @@ def test_served_question_answerer_reads_windows_like_predict(exports):
 
 
 @once
+def test_served_question_answerer_with_a_null_score_margin_answers_nothing_like_answer(exports, tmp_path):
+    models, _, _ = exports
+    spans = models["qa"].answer(QUESTIONS, CONTEXTS)
+    # A margin that leaves some questions unanswered and answers the others.
+    differences = sorted(s["null_score"] - s["score"] for s in spans)
+    margin = float(differences[0] + differences[1]) / 2
+    strict = kbert.BertQuestionAnswerer(models["qa"].backbone, models["qa"].preprocessor, stride=8,
+                                        max_question_length=12, max_answer_length=6, null_score_margin=margin)
+    strict.get_layer("span_logits").set_weights(models["qa"].get_layer("span_logits").get_weights())
+    predicted = strict.answer(QUESTIONS, CONTEXTS)
+    assert "" in [p["answer"] for p in predicted] and {p["answer"] for p in predicted} != {""}
+    served = serve({"qa": (strict.export(str(tmp_path / "qa")), {"question": QUESTIONS, "context": CONTEXTS})})["qa"]
+    assert served["strings"]["answer"] == [p["answer"] for p in predicted]
+    assert list(zip(served["start"], served["end"])) == [(p["start"], p["end"]) for p in predicted]
+    np.testing.assert_allclose(served["score"], [p["score"] for p in predicted], atol=1e-4)
+    np.testing.assert_allclose(served["null_score"], [p["null_score"] for p in predicted], atol=1e-4)
+
+
+@once
+def test_served_regression_and_multi_label_classifiers_answer_like_classify(exports):
+    models, paths, _ = exports
+    pair_b = TEXTS[::-1]
+    served = serve({"regression": (paths["regression"], {"text": TEXTS, "text_pair": pair_b}),
+                    "multi_label": (paths["multi_label"], {"text": TEXTS})})
+    np.testing.assert_allclose(served["regression"]["score"], models["regression"].scores((TEXTS, pair_b)), atol=1e-5)
+    answers = models["multi_label"].classify(TEXTS)
+    assert [[label for label in row if label] for row in served["multi_label"]["strings"]["labels"]] == [
+        a["labels"] for a in answers]
+    assert any(a["labels"] for a in answers)
+    np.testing.assert_allclose(served["multi_label"]["probabilities"], [a["probabilities"] for a in answers],
+                               atol=1e-5)
+
+
+@once
 def test_served_masked_lm_fills_every_mask_like_fill_mask(exports):
     models, paths, _ = exports
     answers = serve({
@@ -326,6 +364,20 @@ def test_served_masked_lm_fills_every_mask_like_fill_mask(exports):
     nsp = keras.ops.convert_to_numpy(models["pretrainer"].predict(features, verbose=0)["nsp_logits"])
     is_next = np.exp(nsp[:, 0]) / np.exp(nsp).sum(-1)
     np.testing.assert_allclose(answers["pretrainer"]["next_sentence_probability"], is_next, atol=1e-5)
+
+
+@once
+def test_serve_check_and_the_cli_decode_the_string_outputs_of_every_rank(exports, capsys):
+    models, paths, _ = exports
+    # A tagger's words are [texts, words]; a masked LM's tokens [texts, masks, top_k].
+    assert main(["serve-check", paths["tagger"], "--text", TEXTS[0], "--text", TEXTS[1]]) == 0
+    tagged = json.loads(capsys.readouterr().out)
+    for row, sentence in enumerate(models["tagger"].tags(TEXTS[:2])):
+        assert tagged["words"][row][: len(sentence)] == [w for w, _, _ in sentence]
+        assert tagged["label"][row][: len(sentence)] == [t or "" for _, t, _ in sentence]
+    filled = kbert.serving.serve_check(paths["masked_lm"], text=MASKED[:2])
+    expected = models["masked_lm"].fill_mask(MASKED[:2], top_k=3)
+    assert [filled["tokens"][0][0], *filled["tokens"][1]] == [[t for t, _ in g] for g in [*expected[0], *expected[1]]]
 
 
 @once

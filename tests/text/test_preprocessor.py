@@ -1,4 +1,5 @@
 import inspect
+import time
 
 import keras
 import numpy as np
@@ -149,6 +150,10 @@ CUT_PROBES = [
     "!!!???...,,," * 20,
     "unbelievably " * 40,
     "word " * 40_000,  # 200,000 characters
+    # Cuts past the first bytes that cutting reads first (offsets._BYTES_PER_WORD):
+    " " * 5_000 + "late words " * 100,
+    "\u0301" * 3_000 + " after marks" * 100,
+    "x" * 3_000 + " y" * 1_000,
 ]
 
 
@@ -161,7 +166,7 @@ def packed_without_cut(preprocessor, x):
 @pytest.mark.parametrize("length", [8, 16, 64])
 def test_cutting_long_text_before_wordpiece_changes_no_id(minilm_dir, length):
     preprocessor = BertPreprocessor.from_preset(minilm_dir, sequence_length=length)
-    for x in (CUT_PROBES, (CUT_PROBES, CUT_PROBES[::-1]), (CUT_PROBES[:3] * 3 + CUT_PROBES[:1], CUT_PROBES)):
+    for x in (CUT_PROBES, (CUT_PROBES, CUT_PROBES[::-1]), ((CUT_PROBES[:3] * len(CUT_PROBES))[:len(CUT_PROBES)], CUT_PROBES)):
         cut, whole = preprocessor(x), packed_without_cut(preprocessor, x)
         for key in cut:
             np.testing.assert_array_equal(cut[key], whole[key])
@@ -173,3 +178,24 @@ def test_wordpiece_reads_a_bounded_prefix_of_a_huge_text():
     [cut] = cut_after_words(tf.constant(["word " * 40_000]), 16).numpy()
     assert cut == b"word " * 16  # the 17th word and everything after it are never tokenized
     assert cut_after_words(tf.constant(["a b c"]), 16).numpy()[0] == b"a b c"  # a text that fits is whole
+
+
+def test_counting_a_huge_text_costs_what_a_sequence_of_it_costs(minilm_dir):
+    # Counting cuts first, so a text of 10,000,000 characters costs about
+    # what its first sequence's worth costs (tokenized whole, about 1,000
+    # times as much).
+    preprocessor = BertPreprocessor.from_preset(minilm_dir, sequence_length=128)
+    huge, short = "word " * 2_000_000, "word " * 200
+
+    def seconds(text):
+        preprocessor.lengths(([text],))
+        return min(timed(lambda: preprocessor.lengths(([text],))) for _ in range(3))
+
+    assert preprocessor.lengths(([huge, short, "a b"],)).tolist() == [128, 128, 4]
+    assert seconds(huge) < 20 * seconds(short)
+
+
+def timed(function):
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start

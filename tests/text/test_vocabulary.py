@@ -103,3 +103,12 @@ def test_too_small_a_size_for_the_alphabet_is_refused_with_a_hint():
 def test_a_single_string_is_refused_with_a_hint():
     with pytest.raises(TypeError, match="pass a list of texts"):
         train_wordpiece_vocabulary("just one text", 100)
+
+
+def test_a_vocabulary_the_learner_overshoots_is_cut_to_the_size_asked(tmp_path):
+    # On 300 lines the learner's threshold search runs out at 430 tokens.
+    lines = austen_lines(300)
+    vocabulary = train_wordpiece_vocabulary(lines, 400, output=str(tmp_path / "vocab.txt"))
+    assert len((tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines()) == len(vocabulary) == 400
+    tokenizer = BertTokenizer(vocabulary)
+    assert tokenizer.unk_id not in tokenizer(lines).flat_values.numpy()

@@ -150,6 +150,23 @@ def test_fit_refuses_single_texts_with_the_default_loss(embedder):
     assert keras.saving.deserialize_keras_object(config).get_config()["symmetric"] is True
 
 
+class StopsAfterOneEpoch(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        self.seen = self.model
+        self.model.stop_training = True
+
+
+def test_callbacks_given_to_fit_see_the_embedder_and_stop_its_fit(embedder):
+    embedder.compile()
+    callback = StopsAfterOneEpoch()
+    history = embedder.fit((QUESTIONS, PASSAGES), epochs=3, batch_size=6, callbacks=[callback], verbose=0)
+    assert callback.seen is embedder and embedder.history is history
+    assert len(history.history["loss"]) == 1  # stopped after the first of 3 epochs
+    # The pooler, no part of an embedding, is left out of what fit trains,
+    # as an argument: its layer stays trainable.
+    assert embedder.backbone.pooled_dense.trainable
+
+
 @pytest.fixture(scope="module")
 def short_texts(minilm_dir):
     return kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=16)
@@ -196,3 +213,27 @@ def test_mini_batches_replay_their_dropout_masks(short_texts, monkeypatch):
     _, straight = fitted(tiny_embedder(short_texts, 0.3), epochs=1, mini_batch_size=4)
     assert max(np.abs(a - b).max() for a, b in zip(cached, initial)) > 1e-3
     assert max(np.abs(a - b).max() for a, b in zip(cached, straight)) < 1e-5
+
+
+def test_matryoshka_loss_equals_sentence_transformers_on_minilm(minilm_dir):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import losses
+
+    from kbert.training.contrastive import MatryoshkaLoss
+
+    model = SentenceTransformer(minilm_dir, device="cpu").eval()
+    dims, weights = [384, 128, 32], [1.0, 0.5, 2.0]
+    # Mismatched pairs: a loss of a few units, not of float32's rounding.
+    features = [model.tokenize(QUESTIONS), model.tokenize(PASSAGES[::-1])]
+    with torch.no_grad():
+        theirs = losses.MatryoshkaLoss(model, losses.MultipleNegativesRankingLoss(model), dims, weights)(features, None)
+    embedder = kbert.BertTextEmbedder.from_preset(minilm_dir)
+    embeddings = np.stack([embedder.encode(QUESTIONS), embedder.encode(PASSAGES[::-1])], axis=1)
+    loss = MatryoshkaLoss(MultipleNegativesRankingLoss(), dims, weights)
+    assert float(theirs) > 1
+    np.testing.assert_allclose(float(to_numpy(loss(np.zeros(6), embeddings))), float(theirs), rtol=1e-4)
+    restored = MatryoshkaLoss.from_config(loss.get_config())  # saved in a compile config
+    assert (restored.dims, restored.weights, type(restored.loss)) == (dims, weights, MultipleNegativesRankingLoss)
+    with pytest.raises(ValueError, match="go past the embedding's 384"):
+        MatryoshkaLoss(CoSENTLoss(), [512, 64])(SCORES[:6], embeddings)

@@ -1,5 +1,6 @@
 import json
 import os
+import warnings
 
 import keras
 import pytest
@@ -7,6 +8,7 @@ import pytest
 import kbert
 from kbert.presets.files import cache_dir
 from kbert.training import precision
+from tests.helpers import rebuilt_from_config
 
 
 @pytest.mark.parametrize("forced, expected", [("mixed_bfloat16", "mixed_bfloat16"), ("float32", "float32")])
@@ -90,3 +92,18 @@ def test_the_bfloat16_probe_runs_once_per_machine_on_tensorflow_without_an_accel
     assert answer is None or answer.startswith("TensorFlow's bfloat16 kernels crash on this CPU (killed by")
     with open(os.path.join(cache_dir(), "bfloat16_probe.json"), encoding="utf-8") as f:
         assert list(json.load(f).values()) == [answer]  # kept for the next process
+
+
+def test_auto_dtype_is_the_policy_the_model_and_its_backbone_report(monkeypatch, tmp_path):
+    kbert.BertBackbone(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
+                       intermediate_dim=16).save_to_preset(str(tmp_path))
+    monkeypatch.setenv("KBERT_PRECISION", "mixed_bfloat16")
+    monkeypatch.setattr(precision, "bfloat16_crash", lambda: None)  # the policy, not the kernels
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the head starts from its initialisation
+        model = kbert.BertClassifier.from_preset(str(tmp_path), num_classes=2, preprocessor=None, dtype="auto")
+    for copy in [model, *rebuilt_from_config(model)]:
+        assert copy.dtype_policy.name == copy.backbone.dtype_policy.name == "mixed_bfloat16"
+        assert copy.backbone.transformer_layers[0].dtype_policy.name == "mixed_bfloat16"  # what runs
+    monkeypatch.setenv("KBERT_PRECISION", "float32")
+    assert kbert.BertBackbone.from_preset(str(tmp_path), dtype="auto").dtype_policy.name == "float32"

@@ -1,0 +1,101 @@
+"""LoRA on the backbone (KerasHub's `enable_lora`): only the adapters and the
+head train, the adapters save and load alone, and every way out of kbert
+(predict, weights, Hugging Face, `.keras`) gives the merged model."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import kbert
+from tests.helpers import random_inputs, to_numpy
+
+
+def tiny_classifier(seed=0):
+    keras.utils.set_random_seed(seed)
+    backbone = kbert.BertBackbone(vocabulary_size=120, num_layers=2, num_heads=2, hidden_dim=32,
+                                  intermediate_dim=64, max_sequence_length=40, dropout=0.0)
+    return kbert.BertClassifier(backbone, 3)
+
+
+def trained_with_lora(rank=2, **kwargs):
+    model = tiny_classifier()
+    base = [to_numpy(w) for w in model.weights]
+    model.backbone.enable_lora(rank, **kwargs)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    inputs = random_inputs(8, 12, 120)
+    model.fit(inputs, np.arange(8) % 3, batch_size=4, epochs=2, verbose=0)
+    return model, base, inputs
+
+
+def test_only_the_adapters_and_the_head_train():
+    model, base, _ = trained_with_lora()
+    trainable = sorted(v.path for v in model.trainable_variables)
+    assert trainable == sorted([f"transformer_layer_{i}/{name}/lora_kernel_{ab}" for i in range(2)
+                                for name in ("query", "value") for ab in "ab"] + ["logits/kernel", "logits/bias"])
+    after = {v.path: to_numpy(v) for v in model.weights}
+    before = dict(zip([v.path for v in model.weights if "lora" not in v.path], base))
+    for path, value in before.items():
+        if not path.startswith("logits"):
+            np.testing.assert_array_equal(after[path], value, err_msg=path)  # frozen
+    assert np.abs(after["transformer_layer_0/query/lora_kernel_b"]).max() > 0  # trained from zero
+
+
+def test_weights_saved_with_lora_are_the_merged_model(tmp_path):
+    model, _, inputs = trained_with_lora()
+    model.save_weights(str(tmp_path / "merged.weights.h5"))
+    plain = tiny_classifier(seed=1)
+    plain.load_weights(str(tmp_path / "merged.weights.h5"))
+    np.testing.assert_allclose(to_numpy(plain(inputs)), to_numpy(model(inputs)), atol=1e-5)
+
+
+def test_export_to_transformers_writes_the_merged_kernels(tmp_path):
+    model, _, inputs = trained_with_lora(target_layer_names=("query", "value", "intermediate"))
+    model.export_to_transformers(str(tmp_path))
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(str(tmp_path)).eval()
+    with torch.no_grad():
+        theirs = hf(input_ids=torch.tensor(inputs["token_ids"]).long(), token_type_ids=torch.tensor(
+            inputs["segment_ids"]).long(), attention_mask=torch.tensor(inputs["padding_mask"]).long()).logits
+    np.testing.assert_allclose(to_numpy(model(inputs)), theirs.numpy(), atol=1e-4)
+
+
+def test_adapters_save_and_load_alone(tmp_path):
+    model, base, inputs = trained_with_lora()
+    path = str(tmp_path / "adapters.lora.safetensors")
+    model.backbone.save_lora_weights(path)
+    assert os.path.getsize(path) < 10_000  # 8 adapters of 32 x 2, not the model
+    other = tiny_classifier(seed=1)
+    for variable, value in zip(other.weights, base):
+        variable.assign(value)
+    other.get_layer("logits").set_weights(model.get_layer("logits").get_weights())
+    other.backbone.load_lora_weights(path)  # enables LoRA with the file's rank and layers
+    assert (other.backbone.lora_rank, other.backbone.lora_layer_names) == (2, ("query", "value"))
+    np.testing.assert_allclose(to_numpy(other(inputs)), to_numpy(model(inputs)), atol=1e-5)
+    wrong = tiny_classifier()
+    wrong.backbone.enable_lora(4)
+    with pytest.raises(ValueError, match=r"rank-2 adapters of \['query', 'value'\]; this backbone has rank 4"):
+        wrong.backbone.load_lora_weights(path)
+
+
+def test_a_saved_lora_model_loads_and_trains_on(tmp_path):
+    model, _, inputs = trained_with_lora()
+    model.save(str(tmp_path / "model.keras"))
+    restored = keras.models.load_model(str(tmp_path / "model.keras"))
+    assert restored.backbone.lora_rank == 2
+    np.testing.assert_allclose(to_numpy(restored(inputs)), to_numpy(model(inputs)), atol=1e-5)
+    assert len(restored.trainable_variables) == len(model.trainable_variables)
+    restored.fit(inputs, np.arange(8) % 3, batch_size=4, epochs=1, verbose=0)
+
+
+def test_bad_lora_settings_are_refused():
+    backbone = tiny_classifier().backbone
+    with pytest.raises(ValueError, match="a positive int"):
+        backbone.enable_lora(0)
+    with pytest.raises(ValueError, match=r"among \['attention_output', 'intermediate', 'key', 'output', 'query'"):
+        backbone.enable_lora(4, target_layer_names=("query_dense",))
+    backbone.enable_lora(4)
+    with pytest.raises(ValueError, match="enabled already"):
+        backbone.enable_lora(4)
