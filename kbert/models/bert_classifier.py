@@ -4,13 +4,13 @@ import numbers
 import keras
 import numpy as np
 
+from kbert import text
 from kbert.layers import Dropout
 from kbert.models.bert_backbone import head_initializer
 from kbert.models import task_answers
 from kbert.models.task import Task
 from kbert.presets.huggingface import T
 from kbert.text.classifier_labels import MULTI_LABEL, PROBLEM_TYPES, REGRESSION, SCORE_ACTIVATIONS, SINGLE_LABEL
-from kbert.text.task_preprocessors import BertClassifierPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -62,7 +62,7 @@ class BertClassifier(Task):
     # What the head classifies: the pooled [CLS] vector; the token classifier
     # classifies every position of the sequence output with the same head.
     classified_output = "pooled_output"
-    preprocessor_class = BertClassifierPreprocessor
+    preprocessor_class = text.ByName("BertClassifierPreprocessor")
     takes_pairs = True
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None, problem_type=None,

@@ -1,11 +1,11 @@
 import keras
 
+from kbert import text
 from kbert.layers import MaskedLMHead
 from kbert.models import task_answers
 from kbert.models.bert_backbone import bert_initializer
 from kbert.models.task import Task
 from kbert.presets.huggingface import T
-from kbert.text.masked_lm_preprocessor import BertMaskedLMPreprocessor, BertPretrainerPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -38,7 +38,7 @@ class BertMaskedLM(Task):
     [[[('bank', 0.93), ...]]]
     """
 
-    preprocessor_class = BertMaskedLMPreprocessor
+    preprocessor_class = text.ByName("BertMaskedLMPreprocessor")
     packs_texts = True
 
     def __init__(self, backbone, preprocessor=None, mask_selection_rate=0.15, max_predictions=None,
@@ -147,7 +147,7 @@ class BertPretrainer(BertMaskedLM):
     >>> model.fit(pairs.batch(32), epochs=10)
     """
 
-    preprocessor_class = BertPretrainerPreprocessor
+    preprocessor_class = text.ByName("BertPretrainerPreprocessor")
     takes_pairs = True
     # Its next-sentence pairs fill `max_seq_length` already (but for the
     # short ones drawn on purpose, BERT's `short_seq_prob`).

@@ -7,11 +7,11 @@ and the exported model.
 
 import keras
 
+from kbert import text
 from kbert.models import task_answers
 from kbert.models.bert_backbone import head_initializer
 from kbert.models.task import Task
 from kbert.presets.huggingface import T
-from kbert.text.task_preprocessors import BertQuestionAnswererPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -59,7 +59,7 @@ class BertQuestionAnswerer(Task):
     [{'answer': '1813', 'start': 41, 'end': 45, 'score': 9.1}]
     """
 
-    preprocessor_class = BertQuestionAnswererPreprocessor
+    preprocessor_class = text.ByName("BertQuestionAnswererPreprocessor")
     reads_pooler = False  # as transformers' BertForQuestionAnswering, which has none
 
     def __init__(self, backbone, preprocessor=None, stride=128, max_question_length=64, max_answer_length=30,
@@ -132,7 +132,7 @@ class BertQuestionAnswerer(Task):
             has no answer there), its score (the start and end logits' sum)
             and the null score ([CLS]'s).
         """
-        inputs = BertQuestionAnswererPreprocessor.check_raw((questions, contexts))
+        inputs = self.preprocessor_class.check_raw((questions, contexts))
         rows = task_answers.answers_in_slices(self, inputs, batch_size=batch_size)
         return [{"answer": r["answer"], "start": int(r["start"]), "end": int(r["end"]), "score": float(r["score"]),
                  "null_score": float(r["null_score"])} for r in rows]

@@ -2,18 +2,17 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
-from kbert.models import task_answers, task_inputs
+from kbert import text
+from kbert.models import task_answers, task_inputs, task_presets
 from kbert.models.task import Task
 from kbert.presets import files, reader
 from kbert.presets import sentence_transformers as st
 from kbert.search import semantic_search
 from kbert.search import similarity as cosine_similarity
-from kbert.text import BertTokenizer
 from kbert.text.pipeline import map_batches, text_tensor, without_autotune
-from kbert.text.task_preprocessors import BertTextEmbedderPreprocessor
+from kbert.tf_if_present import tf
 from kbert.training import contrastive_fit
 from kbert.training.contrastive import CoSENTLoss, MultipleNegativesRankingLoss
 
@@ -97,7 +96,7 @@ class BertTextEmbedder(Task):
     >>> embedder.fit((questions, passages), epochs=1, batch_size=32)
     """
 
-    preprocessor_class = BertTextEmbedderPreprocessor
+    preprocessor_class = text.ByName("BertTextEmbedderPreprocessor")
 
     def __init__(self, backbone, preprocessor=None, pooling="mean", normalize=True, dense=(), prompts=None,
                  default_prompt_name=None, include_prompt=True, truncate_dim=None, **kwargs):
@@ -317,7 +316,7 @@ class BertTextEmbedder(Task):
         head = {k: settings[k] for k in ("pooling", "normalize", "prompts", "default_prompt_name", "include_prompt")}
         head["dense"] = [{k: d[k] for k in _DENSE_KEYS} for d in settings["dense"]]
         transformer = reader.read_preset(settings["transformer_folder"])
-        if "preprocessor" not in kwargs:
+        if "preprocessor" not in kwargs and task_presets.tokenizer_runs(folder):
             positions = transformer.backbone_config["max_sequence_length"]
             kwargs["preprocessor"] = cls._sentence_transformers_preprocessor(settings, sequence_length, positions)
         elif sequence_length is not None:
@@ -338,7 +337,7 @@ class BertTextEmbedder(Task):
         length = sequence_length or st.max_seq_length(folder, settings, positions)
         if length > positions:
             raise ValueError(f"sequence_length={length} is longer than this model's {positions} positions.")
-        return BertTextEmbedderPreprocessor(BertTokenizer(**tokenizer), sequence_length=length)
+        return text.BertTextEmbedderPreprocessor(text.BertTokenizer(**tokenizer), sequence_length=length)
 
     @classmethod
     def preset_preprocessor(cls, preset, sequence_length, backbone):

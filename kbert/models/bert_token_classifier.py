@@ -1,13 +1,13 @@
 """Token classification, e.g. named entities (BERT §4.3, CoNLL-2003 NER)."""
 
 import keras
-import tensorflow as tf
 
+from kbert import text
 from kbert.models import task_answers, task_inputs
 from kbert.models.bert_classifier import BertClassifier
 from kbert.text import token_classification as tc
 from kbert.text.classifier_labels import SINGLE_LABEL, class_names
-from kbert.text.task_preprocessors import BertTokenClassifierPreprocessor, as_word_lists
+from kbert.tf_if_present import tf
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -47,7 +47,7 @@ class BertTokenClassifier(BertClassifier):
     """
 
     classified_output = "sequence_output"
-    preprocessor_class = BertTokenClassifierPreprocessor
+    preprocessor_class = text.ByName("BertTokenClassifierPreprocessor")
     takes_pairs = False
     reads_pooler = False  # as transformers' BertForTokenClassification, which has none
 
@@ -109,9 +109,10 @@ class BertTokenClassifier(BertClassifier):
         if self.preprocessor is None:
             raise ValueError(task_inputs.no_preprocessor(self))
         preprocessor = self.preprocessor.with_padding(self.input_padding)
+        preprocessors = text.task_preprocessors  # (read here: it needs TensorFlow)
         results = []
         for i in range(0, len(texts), batch_size):
-            words = tf.ragged.constant(as_word_lists(texts[i:i + batch_size]), tf.string, ragged_rank=1)
+            words = tf.ragged.constant(preprocessors.as_word_lists(texts[i:i + batch_size]), tf.string, ragged_rank=1)
             features, first_pieces = tc.pack_words(preprocessor, words)
             logits = tf.convert_to_tensor(keras.ops.convert_to_numpy(task_inputs.predict_batch(self, features)))
             tags = tc.word_tags(logits, first_pieces, class_names(self.head_settings()))

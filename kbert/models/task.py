@@ -3,12 +3,12 @@
 `fit`, `evaluate`, `predict` and the model's own call take raw text."""
 
 import keras
-import tensorflow as tf
 
 from kbert.models import task_answers, task_inputs, task_presets
 from kbert.models.task_weights import TrainedWeights
 from kbert.presets import to_transformers
 from kbert.text.pipeline import check_counts, count_examples, steps
+from kbert.tf_if_present import is_dataset
 from kbert.training.distribution import DistributedTraining
 from kbert.training.optimizers import bert_adamw, warmup_steps
 from kbert.training.recipes import FROM_RECIPE, RECIPES, SCHEDULE_FLOORS, SETTINGS, default_batch_size, recipe_settings
@@ -52,7 +52,7 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.backbone = backbone
         self.dtype_policy = backbone.dtype_policy  # the policy that runs (see BertBackbone)
-        self.preprocessor = self.preprocessor_class.from_preprocessor(preprocessor)
+        self.preprocessor = None if preprocessor is None else self.preprocessor_class.from_preprocessor(preprocessor)
         self.input_padding = input_padding
         self.length_groups = int(length_groups)
         self._compiled_by_default = False
@@ -209,7 +209,7 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
             self.compile()
         if task_inputs.is_raw(self, x):
             check_counts(x, y, sample_weight)
-            if validation_split and isinstance(x, tf.data.Dataset):
+            if validation_split and is_dataset(x):
                 raise ValueError("validation_split holds out examples of data held in memory; for a "
                                  "tf.data.Dataset, pass validation_data=another_dataset.")
             if validation_split:
@@ -220,7 +220,7 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
             if batch_size is None and examples is not None:
                 batch_size = RECIPES[self.recipe["recipe"]]["batch_size"] or default_batch_size(examples)
             x = task_inputs.dataset(self, x, y, sample_weight, batch_size,
-                                    shuffle=shuffle and not isinstance(x, tf.data.Dataset), labeled=True)
+                                    shuffle=shuffle and not is_dataset(x), labeled=True)
             y = sample_weight = batch_size = None
             validation_split, shuffle = 0.0, False  # done in the pipeline
             if isinstance(validation_data, tuple):
@@ -265,7 +265,7 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         task_inputs.check_batch_size(batch_size)
         if not task_inputs.is_raw(self, x):
             return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
-        if (isinstance(x, tf.data.Dataset) or any(v is not None for v in kwargs.values())
+        if (is_dataset(x) or any(v is not None for v in kwargs.values())
                 or task_inputs.replicas(self) > 1 or keras.distribution.distribution() is not None):
             return task_inputs.in_length_order(
                 self, x, lambda x: super(Task, self).predict(task_inputs.dataset(self, x, batch_size=batch_size),
@@ -279,9 +279,8 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         return super().predict_on_batch(x)
 
     def __call__(self, *args, **kwargs):
-        """The model's call; raw text held in memory (a list of texts, a pair
-        of lists...) is preprocessed first, as `predict_on_batch` does."""
-        if args and not isinstance(args[0], (dict, tf.data.Dataset)) and task_inputs.is_text_in_memory(args[0]):
+        """The model's call; raw text in memory (texts, pairs...) is preprocessed first, as in `predict_on_batch`."""
+        if args and task_inputs.is_text_in_memory(args[0]):  # (not a dict of features, nor a dataset)
             if self.preprocessor is None:
                 raise ValueError(task_inputs.no_preprocessor(self))
             args = (task_inputs.features(self, args[0]), *args[1:])
@@ -341,6 +340,7 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         if config.get("preprocessor") is not None:
+            cls.preprocessor_class  # noqa: B018 (loads kbert.text at first use: Keras then knows its classes)
             config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
 

@@ -11,11 +11,11 @@ import tempfile
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from kbert.serving import saved_model
 from kbert.models import task_inputs
 from kbert.text.pipeline import slices, text_tensor
+from kbert.tf_if_present import tf
 
 # A model trained on JAX or PyTorch is exported by a TensorFlow process that
 # loads it from a preset: argv is the preset, the version folder and the JSON

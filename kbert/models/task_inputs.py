@@ -9,9 +9,9 @@ import weakref
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from kbert.text.pipeline import map_batches, slices, take, without_autotune
+from kbert.tf_if_present import is_dataset, tf
 
 
 class _StepTracesOfEachModel(logging.Filter):
@@ -56,7 +56,7 @@ def is_raw(model, x):
     already); raw text given to a model without one is refused, saying how
     to add one."""
     if model.preprocessor is None:
-        if is_text_in_memory(x) or (isinstance(x, tf.data.Dataset) and _string_spec(x.element_spec)):
+        if is_text_in_memory(x) or (is_dataset(x) and _string_spec(x.element_spec)):
             raise ValueError(no_preprocessor(model))
         return False
     return model.preprocessor.is_raw(x)

@@ -10,9 +10,9 @@ import warnings
 import h5py
 import keras
 
+from kbert import text, tf_if_present
 from kbert.models.bert_backbone import BertBackbone
 from kbert.presets import files, huggingface, loading, reader, tokenizer_files, weight_check
-from kbert.text import BertTokenizer
 
 TASK_WEIGHTS = "task.weights.h5"
 # The group of TASK_WEIGHTS that holds the head's weights. A file without it
@@ -123,7 +123,8 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
     _check_preset_arguments(cls, preset, kwargs)
     backbone_kwargs = {k: kwargs.pop(k) for k in BACKBONE_SETTINGS if k in kwargs}
     if "packing" not in preset.backbone_config:  # a kbert preset keeps the setting its task was saved with
-        has_preprocessor = kwargs["preprocessor"] is not None if "preprocessor" in kwargs else preset.has_tokenizer
+        has_preprocessor = (kwargs["preprocessor"] is not None if "preprocessor" in kwargs
+                            else preset.has_tokenizer and tf_if_present.installed())
         backbone_kwargs.setdefault("packing", cls.packs_texts and has_preprocessor)
     backbone = BertBackbone.from_preset_config(preset.checked_backbone_config(backbone_kwargs))
     preprocessor = (kwargs.pop("preprocessor") if "preprocessor" in kwargs
@@ -150,19 +151,33 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
 def preset_preprocessor(cls, preset, sequence_length, backbone):
     """The task's preprocessor from a read preset's tokenizer; None, with a
     warning saying how to add one, where the preset has no tokenizer."""
-    tokenizer = preset.tokenizer_arguments()
-    if tokenizer is None:
+    if not preset.has_tokenizer:
         warnings.warn(tokenizer_files.no_tokenizer_message(preset.folder))
         return None
+    if not tokenizer_runs(preset.folder):
+        return None
+    tokenizer = preset.tokenizer_arguments()
     sequence_length = sequence_length or preset.default_sequence_length(backbone.max_sequence_length)
     if sequence_length and sequence_length > backbone.max_sequence_length:
         raise ValueError(
             f"sequence_length={sequence_length} is longer than this model's maximum, "
             f"{backbone.max_sequence_length} positions; use sequence_length <= {backbone.max_sequence_length}."
         )
-    return cls.preprocessor_class(BertTokenizer(**tokenizer),
+    return cls.preprocessor_class(text.BertTokenizer(**tokenizer),
                                   sequence_length=sequence_length or min(512, backbone.max_sequence_length),
                                   **preset.preprocessor_settings)
+
+
+def tokenizer_runs(folder):
+    """Whether a preset's tokenizer can run here: not where TensorFlow, which
+    runs it, is not installed; the model is then built without it, with a
+    warning that says so."""
+    if tf_if_present.installed():
+        return True
+    warnings.warn(f"The tokenizer of {folder} is left out: kbert's tokenizers run in TensorFlow, which is not "
+                  "installed. The model takes token ids (a dict of token_ids, segment_ids and padding_mask). "
+                  f"To give it raw text, install TensorFlow: {tf_if_present.INSTALL}")
+    return False
 
 
 def _preset_arguments(cls):

@@ -13,10 +13,10 @@ rows it has, and saves it as `serving_default`.
 import os
 import re
 
-import tensorflow as tf
 
 from kbert.layers.fused_dense import weights_cast_once
 from kbert.serving.slices import in_length_order
+from kbert.tf_if_present import tf
 
 # A request of at most SLICE_ROWS rows (`predict`'s batch) runs as one slice;
 # a longer one is cut into slices of at most SLICE_TOKENS padded tokens (see

@@ -16,7 +16,8 @@ as `predict`'s batches or faster, and budgets of many long rows ran slower
 the code").
 """
 
-import tensorflow as tf
+
+from kbert.tf_if_present import tf
 
 # Rows of a request whose token counts are computed at once: bounds the
 # ragged token ids that counting holds (a request of 10,000 long texts would

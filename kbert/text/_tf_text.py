@@ -1,21 +1,42 @@
 """tensorflow-text, with an error that says how to fix a missing or mismatched install."""
 
-import tensorflow as tf
+import functools
+import importlib
 
-try:
-    import tensorflow_text as tf_text  # noqa: F401
-except Exception as e:  # a wrong version fails with undefined symbols, not ImportError
-    major_minor = ".".join(tf.__version__.split(".")[:2])
-    raise ImportError(
-        f"kbert's text processing needs tensorflow-text built for TensorFlow {major_minor} "
-        f"(TensorFlow {tf.__version__} is installed); importing it failed with: {e}. "
-        f'Fix: pip install "tensorflow-text=={major_minor}.*"'
-    ) from e
+import keras
 
-try:  # the kernel behind tf_text.regex_split_with_offsets
-    from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops as _regex_split_ops
-except ImportError:
-    _regex_split_ops = None
+from kbert.tf_if_present import tf
+
+
+@functools.cache
+def _load():
+    """tensorflow-text and the kernel behind its `regex_split_with_offsets`
+    (None where tensorflow-text keeps it elsewhere), imported now."""
+    try:
+        module = importlib.import_module("tensorflow_text")
+    except Exception as e:  # a wrong version fails with undefined symbols, not ImportError
+        major_minor = ".".join(tf.__version__.split(".")[:2])  # (where TensorFlow is absent, says so)
+        raise ImportError(
+            f"kbert's text processing needs tensorflow-text built for TensorFlow {major_minor} "
+            f"(TensorFlow {tf.__version__} is installed); importing it failed with: {e}. "
+            f'Fix: pip install "tensorflow-text=={major_minor}.*"'
+        ) from e
+    try:
+        kernels = importlib.import_module("tensorflow_text.python.ops.regex_split_ops").gen_regex_split_ops
+    except (ImportError, AttributeError):
+        kernels = None
+    return module, kernels
+
+
+class _TensorFlowTextAtFirstUse:
+    """`tf_text` on JAX and PyTorch: imported at the first attribute read, as
+    `kbert.tf_if_present.tf` (which it needs) is."""
+
+    def __getattr__(self, name):
+        return getattr(_load()[0], name)
+
+
+tf_text = _load()[0] if keras.backend.backend() == "tensorflow" else _TensorFlowTextAtFirstUse()
 
 
 def regex_split_with_offsets(texts, delim_regex_pattern, keep_delim_regex_pattern=""):
@@ -29,9 +50,10 @@ def regex_split_with_offsets(texts, delim_regex_pattern, keep_delim_regex_patter
     whether the path runs or not. Where tensorflow-text keeps its kernel
     elsewhere, the public function is used as it is.
     """
-    if _regex_split_ops is None:
+    kernels = _load()[1]
+    if kernels is None:
         return tf_text.regex_split_with_offsets(texts, delim_regex_pattern, keep_delim_regex_pattern)
-    tokens, starts, ends, row_splits = _regex_split_ops.regex_split_with_offsets(
+    tokens, starts, ends, row_splits = kernels.regex_split_with_offsets(
         texts, f"({delim_regex_pattern})", f"({keep_delim_regex_pattern})"
     )
     return tuple(tf.RaggedTensor.from_row_splits(v, row_splits, validate=False) for v in (tokens, starts, ends))

@@ -11,16 +11,17 @@ Labels held in memory are checked before any training (`label_ids`), those
 of a `tf.data` pipeline in the graph (`dataset_labels`)."""
 
 import numpy as np
-import tensorflow as tf
 
 from kbert.text import pipeline
+from kbert.tf_if_present import tf
 
 SINGLE_LABEL = "single_label_classification"
 MULTI_LABEL = "multi_label_classification"
 REGRESSION = "regression"
 PROBLEM_TYPES = (SINGLE_LABEL, MULTI_LABEL, REGRESSION)
 # A regression score's activation on the logit (a cross-encoder's): None is none.
-SCORE_ACTIVATIONS = {None: tf.identity, "sigmoid": tf.sigmoid, "tanh": tf.tanh}
+# (TensorFlow functions by name: read at use, so that the model path imports no TensorFlow.)
+SCORE_ACTIVATIONS = {None: "identity", "sigmoid": "sigmoid", "tanh": "tanh"}
 
 
 def problem_type(head):
@@ -167,7 +168,7 @@ def answers(logits, head):
     logits = tf.cast(logits, tf.float32)
     kind = problem_type(head)
     if kind == REGRESSION:
-        scores = SCORE_ACTIVATIONS[head.get("score_activation")](logits)
+        scores = getattr(tf, SCORE_ACTIVATIONS[head.get("score_activation")])(logits)
         return {"score": scores[:, 0]} if head["num_classes"] == 1 else {"scores": scores}
     names = tf.constant(class_names(head))
     if kind == MULTI_LABEL:

@@ -3,11 +3,11 @@ next-sentence pairs) in, masked anew at every batch (BERT §3.1), and the
 fill-mask answers out."""
 
 import keras
-import tensorflow as tf
 
 from kbert.text.masking import MaskedLMMaskGenerator, top_k_guesses, written_masks
 from kbert.text.packed_texts import pack_texts
 from kbert.text.preprocessor import BertPreprocessor, serving_text
+from kbert.tf_if_present import tf
 
 
 @keras.saving.register_keras_serializable(package="kbert")

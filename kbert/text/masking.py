@@ -1,6 +1,6 @@
 """Masked-LM masking (BERT §3.1 "Task #1: Masked LM" and §A.1), as TensorFlow ops."""
 
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 
 class MaskedLMMaskGenerator(tf.Module):

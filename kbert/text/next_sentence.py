@@ -11,7 +11,7 @@ span of the corpus (NotNext, 1). A "sentence" is any span of contiguous text
 import gzip
 import random
 
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 IS_NEXT, NOT_NEXT = 0, 1
 

@@ -16,11 +16,12 @@ The spans equal Hugging Face's `offset_mapping` (BertTokenizerFast), except
 that a trailing combining accent stays in the span.
 """
 
-import tensorflow as tf
+import functools
 
 from kbert.text._tf_text import regex_split_with_offsets
 from kbert.text.ragged import position_in_row, repeat, row_ids
 from kbert.text.pre_tokenization import CJK, PUNCTUATION, WHITESPACE, normalize
+from kbert.tf_if_present import tf
 
 # Words are split at whitespace and around punctuation and CJK ideographs.
 _OWN_WORD = f"{PUNCTUATION}|{CJK}"
@@ -190,7 +191,7 @@ def cut_after_words(texts, max_words):
     # Chunks are separated by at least one byte: a text of at most
     # 2 * max_words bytes has at most max_words of them, and is never cut.
     short = tf.cast(tf.strings.length(texts), tf.int64) // 2 <= limit
-    cut = _CUT_EACH if limit.shape.rank else _CUT_ALL
+    cut = _traced_cut(bool(limit.shape.rank))
     return tf.cond(tf.reduce_all(short), lambda: texts, lambda: cut(texts, limit))
 
 
@@ -226,12 +227,13 @@ def _cut_in(texts, limit):
     return tf.strings.substr(texts, tf.zeros_like(cut), cut)
 
 
-# `_cut_after_words` traced once per process for each kind of `limit` (one for
-# all texts, or one per text), then called from every graph that cuts text:
-# each fit, evaluate and predict on raw text would otherwise trace it again,
-# twice per segment of a pair.
-_CUT_ALL, _CUT_EACH = (
-    tf.function(_cut_after_words, autograph=False,
-                input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec(shape, tf.int64)])
-    for shape in ([], [None])
-)
+@functools.cache
+def _traced_cut(one_limit_per_text):
+    """`_cut_after_words` traced once per process for each kind of `limit`
+    (one for all texts, or one per text), then called from every graph that
+    cuts text: each fit, evaluate and predict on raw text would otherwise
+    trace it again, twice per segment of a pair. (Made at first use, not at
+    import: the model path imports this module without TensorFlow.)"""
+    shape = [None] if one_limit_per_text else []
+    return tf.function(_cut_after_words, autograph=False,
+                       input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec(shape, tf.int64)])

@@ -5,9 +5,9 @@ each segment ends with `[SEP]`, and a learned segment embedding tells the
 tokens of A (segment 0) from those of B (segment 1).
 """
 
-import tensorflow as tf
 
 from kbert.text.ragged import position_in_row, row_ids
+from kbert.tf_if_present import tf
 
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PAD_TO = ("sequence_length", "longest", "bucket")

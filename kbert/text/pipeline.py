@@ -4,7 +4,8 @@ wrong input fails at once, saying what to fix, on every backend (not after a
 trace, buried in a graph error, or not at all)."""
 
 import numpy as np
-import tensorflow as tf
+
+from kbert.tf_if_present import is_dataset, tf
 
 
 def text_tensor(x, names=("texts_a", "texts_b")):
@@ -58,7 +59,7 @@ def count_examples(x):
     """The number of examples in raw input held in memory: texts, word lists,
     or a tuple of two lists (pairs; questions and contexts). None for a
     dataset or a dict, which hold their own."""
-    if isinstance(x, (tf.data.Dataset, dict)) or x is None:
+    if isinstance(x, dict) or is_dataset(x) or x is None:
         return None
     if isinstance(x, tuple) and x and all(isinstance(v, (str, bytes)) for v in x):
         text_tensor(x)  # refuses a tuple of strings, saying that a tuple is a pair of lists
@@ -160,7 +161,7 @@ def slices(parts, batch_size):
 
 
 def steps(x, batch_size):
-    if isinstance(x, tf.data.Dataset):
+    if is_dataset(x):
         return int(x.cardinality())
     if x is None:
         return None

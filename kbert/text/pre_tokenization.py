@@ -12,10 +12,10 @@ The steps, in Hugging Face's order:
    its own word.
 """
 
-import tensorflow as tf
 
 from kbert.text._tf_text import regex_split_with_offsets, tf_text
 from kbert.text.ragged import merge_rows, repeat
+from kbert.tf_if_present import tf
 
 # Hugging Face drops U+0000, U+FFFD and the "other" characters (Cc, Cf, Co,
 # Cs) except \t \n \r; unassigned code points stay (and become [UNK]).

@@ -3,12 +3,12 @@ ops; the base of each task's preprocessor (`kbert.text.task_preprocessors`)."""
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from kbert.text import pipeline
 from kbert.text.offsets import cut_after_words
 from kbert.text.packing import SegmentPacker
 from kbert.text.tokenizer import BertTokenizer
+from kbert.tf_if_present import tf
 
 
 @keras.saving.register_keras_serializable(package="kbert")

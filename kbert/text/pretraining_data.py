@@ -21,13 +21,13 @@ import json
 import math
 import os
 
-import tensorflow as tf
 
 from kbert.text.masking import MaskedLMMaskGenerator
 # Writing the shards: `write_pretraining_data` and the format's file names,
 # importable from here too.
 from kbert.text.pretraining_shards import METADATA, VOCABULARY, write_pretraining_data  # noqa: F401
 from kbert.text.tokenizer import BertTokenizer
+from kbert.tf_if_present import tf
 
 # The int64 features of a shard's rows, as `write_pretraining_data` writes them.
 _FEATURES = ("token_ids", "segment_ids", "cls_positions", "next_sentence_labels")

@@ -13,13 +13,13 @@ import os
 import random
 
 import numpy as np
-import tensorflow as tf
 
 from kbert.text.masking import MaskedLMMaskGenerator
 from kbert.text.next_sentence import next_sentence_pairs, read_documents
 from kbert.text.packing import SegmentPacker
 from kbert.text.sequence_packing import pack_sequences, packed_row
 from kbert.text.tokenizer import BertTokenizer, write_vocabulary
+from kbert.tf_if_present import tf
 
 METADATA = "pretraining_data.json"
 VOCABULARY = "vocab.txt"

@@ -13,10 +13,10 @@ that `BertQuestionAnswerer.fit`, `predict`, `answer` and the served model run.
 Offsets are bytes of the UTF-8 context inside; answers give characters.
 """
 
-import tensorflow as tf
 
 from kbert.text.offsets import char_offsets, cut_after_words, tokenize_with_byte_spans
 from kbert.text.ragged import position_in_row, ranges, repeat, row_ids
+from kbert.tf_if_present import tf
 
 
 def windows(preprocessor, questions, contexts, stride, max_question_length):

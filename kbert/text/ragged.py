@@ -15,7 +15,7 @@ Example:
 <tf.Tensor: shape=(3,), dtype=int64, numpy=array([0, 1, 0])>
 """
 
-import tensorflow as tf
+from kbert.tf_if_present import tf
 
 
 def row_ids_of_splits(row_splits):

@@ -11,12 +11,12 @@ import re
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from kbert.text import classifier_labels, pipeline
 from kbert.text import question_answering as qa
 from kbert.text import token_classification as tc
 from kbert.text.preprocessor import BertPreprocessor, serving_text
+from kbert.tf_if_present import tf
 
 
 @keras.saving.register_keras_serializable(package="kbert")

@@ -3,10 +3,10 @@ per-token labels for training, per-word tags and BIO entities out. The same
 functions run in `BertTokenClassifier.fit`, `tags`, `entities` and the
 served model."""
 
-import tensorflow as tf
 
 from kbert.text.offsets import char_offsets, cut_after_words, split_words_with_offsets
 from kbert.text.ragged import position_in_row, repeat, row_ids
+from kbert.tf_if_present import tf
 
 
 def pack_words(preprocessor, words):

@@ -15,13 +15,12 @@ vocabulary (`vocab.txt`) and the tokenizer's preset files.
 import os
 import weakref
 
-import tensorflow as tf
-
 from kbert.presets import tokenizer_files
 from kbert.presets.files import get_preset_dir
 from kbert.text._tf_text import tf_text
 from kbert.text.pre_tokenization import any_of_pattern, normalize, pre_tokenize
 from kbert.text.ragged import merge_rows, repeat
+from kbert.tf_if_present import tf
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)

@@ -9,11 +9,11 @@ multilingual vocabularies) picks the pieces.
 import collections
 import os
 
-import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from kbert.text.pre_tokenization import pre_tokenize
 from kbert.text.tokenizer import SPECIAL_TOKENS, SUFFIX_INDICATOR, write_vocabulary
+from kbert.tf_if_present import tf
 
 
 def train_wordpiece_vocabulary(

@@ -14,10 +14,10 @@ import numbers
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from kbert import backend
+from kbert.tf_if_present import tf
 from kbert.training.contrastive import batches_without_duplicates
 from kbert.training.distribution import DistributedTraining
 

@@ -6,7 +6,8 @@ import os
 import warnings
 
 import keras
-import tensorflow as tf
+
+from kbert.tf_if_present import tf
 
 _METADATA = "training_metadata.json"  # keras.callbacks.BackupAndRestore's file
 
@@ -88,8 +89,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         steps_per_epoch = self.params.get("steps") or 0
         metadata["steps_done_in_epoch"] = self._steps_done
         metadata["step"] = self._current_epoch * steps_per_epoch + self._steps_done
-        # tf.io.gfile, as Keras: backups may go to gs:// and other file systems.
-        with tf.io.gfile.GFile(os.path.join(self.backup_dir, _METADATA), "w") as f:
+        with _open(os.path.join(self.backup_dir, _METADATA), "w") as f:
             f.write(json.dumps(metadata))
 
 
@@ -114,10 +114,21 @@ def trained_steps(backup_dir):
 
 def _read_metadata(backup_dir):
     path = os.path.join(backup_dir, _METADATA)
-    if not tf.io.gfile.exists(path):
+    if not (tf.io.gfile.exists(path) if _remote(path) else os.path.exists(path)):
         return {}
-    with tf.io.gfile.GFile(path) as f:
+    with _open(path) as f:
         return json.load(f)
+
+
+def _remote(path):
+    return "://" in str(path)
+
+
+def _open(path, mode="r"):
+    """A backup's file: through tf.io.gfile where it is on another file
+    system (gs://...), as Keras' BackupAndRestore goes, so that no TensorFlow
+    is needed for local folders."""
+    return tf.io.gfile.GFile(path, mode) if _remote(path) else open(path, mode, encoding="utf-8")
 
 
 def callbacks(run_dir, monitor="val_accuracy", save_freq="epoch", delete_checkpoint=True):
