@@ -8,6 +8,8 @@ here knows a model.
     scores, ids = kbert.search.semantic_search(embedder.encode(questions), corpus, top_k=10)
 """
 
+import collections
+
 import numpy as np
 
 
@@ -113,8 +115,8 @@ def mine_hard_negatives(embedder, queries, positives, corpus=None, range_min=0, 
     for query, positive in zip(queries, positives):
         if corpus_index[positive] not in positive_ids[query_index[query]]:
             positive_ids[query_index[query]].append(corpus_index[positive])
-    most_positives = max(queries.count(q) for q in unique) if len(unique) < 10_000 else max(
-        np.unique(queries, return_counts=True)[1])
+    # Rows per query, as sentence-transformers counts them (repeats too).
+    most_positives = max(collections.Counter(queries).values())
     if range_max is None:
         filtered = absolute_margin is not None or relative_margin is not None or max_score is not None
         range_max = range_min + num_negatives * (10 if filtered else 1) + most_positives

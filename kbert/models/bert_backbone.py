@@ -86,8 +86,6 @@ class BertBackbone(keras.Model):
         activation="gelu",
         layer_norm_epsilon=1e-12,
         packing=False,
-        lora_rank=None,
-        lora_layer_names=("query", "value"),
         dtype=None,
         **kwargs,
     ):
@@ -189,10 +187,7 @@ class BertBackbone(keras.Model):
         self.transformer_layers = transformer_layers
         self.pooled_dense = pooled_dense
         self._hidden_states = hidden_states
-        self.lora_rank = None
-        self.lora_layer_names = tuple(lora_layer_names)
-        if lora_rank is not None:
-            self.enable_lora(lora_rank, lora_layer_names)
+        self.lora_rank, self.lora_layer_names = None, ()
 
     def enable_lora(self, rank, target_layer_names=("query", "value")):
         """LoRA (Hu et al. 2021), as KerasHub's `Backbone.enable_lora`: each
@@ -202,8 +197,11 @@ class BertBackbone(keras.Model):
         frozen kernel, and every other weight of the backbone is frozen, so
         that only the adapters (and a task's head) train. The layers apply
         the kernel with the update merged, so `predict`, `export`,
-        `save_to_preset` and `export_to_transformers` give the merged model.
-        `save_lora_weights` / `load_lora_weights` keep the adapters alone.
+        `save_to_preset`, `export_to_transformers` and `.keras` files give
+        the merged model (as KerasHub's, a reloaded model has LoRA off:
+        enable it again to train new adapters on the merged kernels).
+        `save_lora_weights` / `load_lora_weights` keep the adapters alone,
+        to load on the base weights they were trained on.
 
         Example:
         >>> model = kbert.BertClassifier.from_preset("base", num_classes=2)
@@ -338,8 +336,6 @@ class BertBackbone(keras.Model):
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "packing": self.packing,
-            "lora_rank": self.lora_rank,
-            "lora_layer_names": list(self.lora_layer_names),
             "dtype": keras.dtype_policies.serialize(self.token_embedding.dtype_policy),
         }
 

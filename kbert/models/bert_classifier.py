@@ -62,6 +62,9 @@ class BertClassifier(Task):
     # What the head classifies: the pooled [CLS] vector; the token classifier
     # classifies every position of the sequence output with the same head.
     classified_output = "pooled_output"
+    # The preset's settings of its head, dropped where `from_preset` is given
+    # another `num_classes` (a new head).
+    head_keys = ("class_names", "problem_type", "score_activation")
     preprocessor_class = text.ByName("BertClassifierPreprocessor")
     takes_pairs = True
 
@@ -79,8 +82,7 @@ class BertClassifier(Task):
             problem_type = REGRESSION if num_classes == 1 else SINGLE_LABEL
         if problem_type not in PROBLEM_TYPES:
             raise ValueError(f"Unknown problem_type={problem_type!r}. Known: {', '.join(PROBLEM_TYPES)}.")
-        if not 0 < threshold < 1:
-            raise ValueError(f"threshold={threshold!r}: a probability strictly between 0 and 1, e.g. 0.5.")
+        _check_threshold(threshold)
         if score_activation not in SCORE_ACTIVATIONS:
             raise ValueError(f"Unknown score_activation={score_activation!r}. Known: None, \"sigmoid\", \"tanh\".")
         if score_activation is not None and problem_type != REGRESSION:
@@ -129,7 +131,7 @@ class BertClassifier(Task):
         pairs = isinstance(texts, tuple)
         head = self.head_settings()
         if threshold is not None:
-            head["threshold"] = float(threshold)
+            head["threshold"] = float(_check_threshold(threshold))
         rows = task_answers.answers_in_slices(self, texts if pairs else (texts,), batch_size=batch_size, pairs=pairs,
                                               head=head)
         if self.problem_type == REGRESSION:
@@ -172,6 +174,10 @@ class BertClassifier(Task):
     def default_loss(self):
         if self.score_activation == "sigmoid":  # a cross-encoder's pointwise loss, on the logits
             return keras.losses.BinaryCrossentropy(from_logits=True)
+        if self.score_activation is not None:
+            raise ValueError(f"A classifier with score_activation={self.score_activation!r} has no default loss: "
+                             "its scores are the activation of its logit. compile(loss=...) with a loss on the "
+                             "logit, or use score_activation=\"sigmoid\" (BCE) or None (MSE).")
         if self.problem_type == REGRESSION:
             return keras.losses.MeanSquaredError()
         if self.problem_type == MULTI_LABEL:
@@ -180,7 +186,8 @@ class BertClassifier(Task):
 
     def default_metrics(self):
         if self.problem_type == REGRESSION:
-            return [keras.metrics.MeanAbsoluteError(name="mae")]
+            # (On the logit: a score through an activation has none.)
+            return [] if self.score_activation else [keras.metrics.MeanAbsoluteError(name="mae")]
         if self.problem_type == MULTI_LABEL:
             # On logits: over the threshold's logit is over the threshold.
             logit = math.log(self.threshold / (1 - self.threshold))
@@ -208,3 +215,9 @@ class BertClassifier(Task):
             if names != [f"LABEL_{i}" for i in range(config["num_classes"])]:
                 config["class_names"] = names
         return config
+
+
+def _check_threshold(threshold):
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+        raise ValueError(f"threshold={threshold!r}: a probability strictly between 0 and 1, e.g. 0.5.")
+    return threshold

@@ -133,7 +133,7 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
         saved = preset.task
         same_task = saved.get("class") == cls.__name__
         model = cls(backbone=backbone, preprocessor=preprocessor,
-                    **{**(saved["config"] if same_task else {}), **kwargs})
+                    **_head_arguments(cls, saved["config"] if same_task else {}, kwargs))
         loading.load_keras_weights(backbone, preset.weights_path)
         if same_task:
             load_task_weights(model, os.path.join(preset.folder, TASK_WEIGHTS))
@@ -142,10 +142,19 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
         return model
     tensors = preset.tensors()
     model = cls(backbone=backbone, preprocessor=preprocessor,
-                **{**cls.hf_head_config(preset, tensors), **kwargs})
+                **_head_arguments(cls, cls.hf_head_config(preset, tensors), kwargs))
     loading.load_hf_backbone_weights(backbone, preset.weights_path, tensors)
     load_hf_head(model, tensors, preset.weights_path)
     return model
+
+
+def _head_arguments(cls, preset_config, kwargs):
+    """The task's arguments: the preset's, overridden by `kwargs`; where
+    they give another `num_classes`, the head is new, and the preset's
+    settings of its old head (the task's `head_keys`) are left out."""
+    if "num_classes" in kwargs and kwargs["num_classes"] != preset_config.get("num_classes", kwargs["num_classes"]):
+        preset_config = {k: v for k, v in preset_config.items() if k not in getattr(cls, "head_keys", ())}
+    return {**preset_config, **kwargs}
 
 
 def preset_preprocessor(cls, preset, sequence_length, backbone):

@@ -286,6 +286,9 @@ def _answer_chars(answers, contexts):
     spans = []
     for i, (answer, context) in enumerate(zip(answers, contexts)):
         text, start = _answer_text_and_start(i, answer)
+        if text != "" and not text.strip():
+            raise ValueError(f"Answer {i} ({answer!r}) is blank: give the answer's text, or \"\" for a question "
+                             "its context does not answer.")
         if text == "":
             spans.append((0, 0))
             continue

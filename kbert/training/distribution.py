@@ -21,6 +21,7 @@ import os
 import keras
 
 from kbert.backend import keras_private
+from kbert.tf_if_present import tf
 from kbert.training import partial_batches
 
 
@@ -266,8 +267,6 @@ class DistributedTraining:
         strategy = getattr(self, "_distribute_strategy", None)
         if strategy is None or keras.backend.backend() != "tensorflow":
             return False
-        import tensorflow as tf
-
         return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
     def _build_on(self, first_x):

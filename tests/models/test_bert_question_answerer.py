@@ -246,6 +246,12 @@ def test_a_training_answer_not_at_its_start_is_refused_naming_it(preprocessor):
         model.fit((["Who wrote it?", "When?"], [AUSTEN, AUSTEN]), answers, epochs=1, verbose=0)
 
 
+def test_a_blank_answer_text_is_refused_not_read_as_unanswerable(preprocessor):
+    model = tiny_answerer(preprocessor)
+    with pytest.raises(ValueError, match=r"Answer 0 .* is blank: give the answer's text, or \"\""):
+        model.preprocessor.examples((["Who?"], [AUSTEN]), [{"text": "  ", "answer_start": 4}])
+
+
 def test_answer_text_is_compared_with_whitespace_collapsed_as_squads_evaluation(preprocessor):
     model = tiny_answerer(preprocessor)
     context = "Jane  Austen\nwrote it."
