@@ -112,14 +112,13 @@ def test_scores_outside_0_1_are_refused_for_a_sigmoid_cross_encoder(tmp_path, mi
         model.fit(([QUERY] * 2, DOCUMENTS[:2]), [5.0, 0.0], epochs=1, verbose=0)
 
 
-def test_a_tanh_cross_encoder_has_no_default_loss_and_a_new_head_drops_the_activation(tmp_path, minilm_dir):
+def test_a_tanh_cross_encoder_has_no_default_loss(tmp_path, minilm_dir):
     path = cross_encoder_folder(str(tmp_path), minilm_dir, "config_block", torch.nn.Tanh())
     model = kbert.BertClassifier.from_preset(path)
     with pytest.raises(ValueError, match="score_activation='tanh' has no default loss"):
         model.fit(([QUERY] * 2, DOCUMENTS[:2]), [0.5, -0.5], epochs=1, verbose=0)
-    # Another num_classes is a new head: the checkpoint's activation goes with its old one.
-    three = kbert.BertClassifier.from_preset(path, num_classes=3)
-    assert (three.problem_type, three.score_activation) == ("single_label_classification", None)
+    # Another num_classes: the checkpoint's head does not fit, said as such (not as its activation).
+    with pytest.raises(ValueError, match=r"classifier.weight has shape \(1, 32\), expected \(3, 32\)"):
+        kbert.BertClassifier.from_preset(path, num_classes=3)
     with pytest.raises(ValueError, match="threshold=1.5"):
-        kbert.BertClassifier.from_preset(path, num_classes=2, problem_type="multi_label_classification").classify(
-            [QUERY], threshold=1.5)
+        model.classify([QUERY], threshold=1.5)

@@ -72,7 +72,8 @@ OFF_DEFAULT = {
     kbert.BertMaskedLM: dict(mask_selection_rate=0.2, max_predictions=6, whole_word=True),
     kbert.BertPretrainer: dict(mask_selection_rate=0.2, max_predictions=6, whole_word=True),
     kbert.BertTextEmbedder: dict(pooling="cls", normalize=False, dense=[{"units": 8, "activation": "tanh"}],
-                                 prompts={"query": "query: "}, default_prompt_name="query", include_prompt=False),
+                                 prompts={"query": "query: "}, default_prompt_name="query", include_prompt=False,
+                                 truncate_dim=4),
 }
 
 
