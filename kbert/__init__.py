@@ -3,7 +3,7 @@
 import os as _os
 import sys as _sys
 
-# TensorFlow's oneDNN kernels run BERT 1.3-1.4x faster on CPUs where
+# TensorFlow's oneDNN kernels run BERT faster on CPUs where
 # TensorFlow leaves them off (those without AVX-512 VNNI, BF16 or AMX;
 # docs/benchmarks.md, "oneDNN"). TensorFlow reads the switch as it loads: set
 # it here, as the `kbert` command does, unless the user chose (=0 wins); if

@@ -31,7 +31,7 @@ def warn_if_tensorflow_runs_without_onednn():
         return
     warnings.warn(
         "TensorFlow (or Keras, which loads it) was imported before kbert and runs without its oneDNN CPU kernels (its default on CPUs "
-        "without AVX-512 VNNI, BF16 or AMX), with which BERT trains and predicts about 1.3x to 1.4x faster. "
+        "without AVX-512 VNNI, BF16 or AMX), with which BERT trains and predicts faster (docs/benchmarks.md, \"oneDNN\"). "
         "To turn them on, import kbert before TensorFlow or Keras, or set TF_ENABLE_ONEDNN_OPTS=1 before "
         "TensorFlow is imported; TF_ENABLE_ONEDNN_OPTS=0 keeps them off and silences this.",
         stacklevel=2,
