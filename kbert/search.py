@@ -154,13 +154,15 @@ def _negatives(similarities, q, queries, corpus_index, positive_ids, most_positi
                max_score, min_score, absolute_margin, relative_margin, num_negatives, sampling_strategy, rng):
     """The corpus ids of one query's negatives, best first."""
     # The candidates: the best range_max, and room for the query and its
-    # positives, which are left out.
-    scores = np.full(len(similarities), -np.inf)
-    candidates = np.argsort(-similarities, kind="stable")[:range_max + most_positives + 1]
-    scores[candidates] = similarities[candidates]
-    scores[positive_ids] = -np.inf
-    if queries[q] in corpus_index:
-        scores[corpus_index[queries[q]]] = -np.inf
+    # positives, which are left out; only they are ranked (not the corpus).
+    count = min(range_max + most_positives + 1, len(similarities))
+    kth = -np.partition(-similarities, count - 1)[count - 1]
+    above = np.flatnonzero(similarities > kth)  # then ties at the k-th in corpus order, as a stable sort takes them
+    candidates = np.concatenate([above, np.flatnonzero(similarities == kth)[:count - len(above)]])
+    candidates = candidates[np.lexsort((candidates, -similarities[candidates]))]
+    scores = similarities[candidates].astype("float64")
+    left_out = set(positive_ids) | ({corpus_index[queries[q]]} if queries[q] in corpus_index else set())
+    scores[[i in left_out for i in candidates]] = -np.inf
     # Margins count from the query's lowest-scored positive.
     lowest = float(similarities[positive_ids].min())
     if absolute_margin is not None:
@@ -175,4 +177,4 @@ def _negatives(similarities, q, queries, corpus_index, positive_ids, most_positi
     if sampling_strategy == "random":
         options = min(max(int(np.isfinite(scores[ranked]).sum()), num_negatives), len(ranked))
         ranked = ranked[np.sort(rng.choice(options, size=min(num_negatives, options), replace=False))]
-    return [int(i) for i in ranked[:num_negatives] if np.isfinite(scores[i])]
+    return [int(candidates[i]) for i in ranked[:num_negatives] if np.isfinite(scores[i])]
