@@ -128,12 +128,10 @@ class BertClassifier(Task):
             `{"labels", "probabilities"}`: the names of the classes over the
             threshold; regression, `{"score"}` (see `scores`).
         """
-        pairs = isinstance(texts, tuple)
         head = self.head_settings()
         if threshold is not None:
             head["threshold"] = float(_check_threshold(threshold))
-        rows = task_answers.answers_in_slices(self, texts if pairs else (texts,), batch_size=batch_size, pairs=pairs,
-                                              head=head)
+        rows = self._answers(texts, batch_size, head)
         if self.problem_type == REGRESSION:
             return [{"score": r["score"].item() if "score" in r else r["scores"].tolist()} for r in rows]
         if self.problem_type == MULTI_LABEL:
@@ -148,9 +146,14 @@ class BertClassifier(Task):
         for several scores)."""
         if self.problem_type != REGRESSION:
             raise ValueError(f"scores is for regression models; this one is {self.problem_type}: use classify.")
-        pairs = isinstance(texts, tuple)
-        rows = task_answers.answers_in_slices(self, texts if pairs else (texts,), batch_size=batch_size, pairs=pairs)
+        rows = self._answers(texts, batch_size)
         return np.array([r["score"] if "score" in r else r["scores"] for r in rows], "float32")
+
+    def _answers(self, texts, batch_size, head=None):
+        """What the exported model answers for texts, or `(texts_a, texts_b)` pairs."""
+        pairs = isinstance(texts, tuple)
+        return task_answers.answers_in_slices(self, texts if pairs else (texts,), batch_size=batch_size, pairs=pairs,
+                                              head=head)
 
     def rank(self, query, documents, top_k=None, batch_size=32):
         """The documents ordered by their score for `query` (a cross-encoder's

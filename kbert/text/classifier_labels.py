@@ -46,11 +46,7 @@ def label_ids(y, head):
         return _multi_hot(y, head)
     y = np.asarray(y)
     if y.dtype.kind in "USO":
-        names = _names_for_labels(head, str(y.flat[0]) if y.size else "")
-        index = {name: i for i, name in enumerate(names)}
-        unknown = sorted({str(v) for v in y.flat} - set(index))
-        if unknown:
-            raise ValueError(f"Labels {unknown[:5]} are not among class_names {names}.")
+        index = _class_index(head, [str(v) for v in y.flat])
         y = np.vectorize(index.__getitem__, otypes=["int32"])(y.astype(str))
     if y.ndim == 2 and y.shape[1] == head["num_classes"] > 1 and y.dtype.kind in "biuf":
         raise ValueError(
@@ -86,11 +82,7 @@ def _multi_hot(y, head):
     num_classes = head["num_classes"]
     if isinstance(y, (list, tuple)) and y and all(isinstance(row, (list, tuple, set, frozenset)) for row in y) and \
             any(isinstance(v, str) for row in y for v in row):
-        names = _names_for_labels(head, next(v for row in y for v in row if isinstance(v, str)))
-        index = {name: i for i, name in enumerate(names)}
-        unknown = sorted({v for row in y for v in row} - set(index), key=str)
-        if unknown:
-            raise ValueError(f"Labels {unknown[:5]} are not among class_names {names}.")
+        index = _class_index(head, [v for row in y for v in row])
         hot = np.zeros((len(y), num_classes), "float32")
         for i, row in enumerate(y):
             hot[i, [index[v] for v in row]] = 1.0
@@ -179,6 +171,16 @@ def answers(logits, head):
     label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), "label_id": label_id,
             "label": tf.gather(names, label_id)}
+
+
+def _class_index(head, labels):
+    """`{name: class id}` of the model's `class_names`, every one of
+    `labels` (names) checked to be among them."""
+    names = _names_for_labels(head, next((v for v in labels if isinstance(v, str)), ""))
+    unknown = sorted(set(labels) - set(names), key=str)
+    if unknown:
+        raise ValueError(f"Labels {unknown[:5]} are not among class_names {names}.")
+    return {name: i for i, name in enumerate(names)}
 
 
 def _names_for_labels(head, example):
