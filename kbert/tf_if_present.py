@@ -49,15 +49,20 @@ def is_dataset(x):
     return tf is not None and isinstance(x, tf.data.Dataset)
 
 
-class _TensorFlowAtFirstUse:
-    """`tf` on JAX and PyTorch: TensorFlow's attributes, TensorFlow imported
-    at the first one read."""
+class AtFirstUse:
+    """A module's attributes, the module imported by `load()` at the first
+    one read (`tf` here, `tf_text` in kbert.text)."""
 
-    def __getattr__(self, name):
-        return getattr(tensorflow(), name)
+    def __init__(self, load, name):
+        self._load, self._name = load, name
+
+    def __getattr__(self, attribute):
+        if attribute in ("_load", "_name"):  # (read before __init__, by copy)
+            raise AttributeError(attribute)
+        return getattr(self._load(), attribute)
 
     def __repr__(self):
-        return "<TensorFlow, imported at its first use>"
+        return f"<{self._name}, imported at its first use>"
 
 
-tf = tensorflow() if keras.backend.backend() == "tensorflow" else _TensorFlowAtFirstUse()
+tf = tensorflow() if keras.backend.backend() == "tensorflow" else AtFirstUse(tensorflow, "TensorFlow")

@@ -5,7 +5,7 @@ import importlib
 
 import keras
 
-from kbert.tf_if_present import tf
+from kbert.tf_if_present import AtFirstUse, tf
 
 
 @functools.cache
@@ -28,15 +28,9 @@ def _load():
     return module, kernels
 
 
-class _TensorFlowTextAtFirstUse:
-    """`tf_text` on JAX and PyTorch: imported at the first attribute read, as
-    `kbert.tf_if_present.tf` (which it needs) is."""
-
-    def __getattr__(self, name):
-        return getattr(_load()[0], name)
-
-
-tf_text = _load()[0] if keras.backend.backend() == "tensorflow" else _TensorFlowTextAtFirstUse()
+# On JAX and PyTorch, imported at the first attribute read, as `tf` (which it needs) is.
+tf_text = (_load()[0] if keras.backend.backend() == "tensorflow"
+           else AtFirstUse(lambda: _load()[0], "tensorflow-text"))
 
 
 def regex_split_with_offsets(texts, delim_regex_pattern, keep_delim_regex_pattern=""):
