@@ -199,6 +199,8 @@ def encode_labels(labels, num_classes=None, places=None):
     return ids, None
 
 
+# kbert.text.classifier_labels.PROBLEM_TYPES, written out: this module
+# imports only the standard library (tests/test_cli.py checks the two agree).
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
 
 

@@ -92,6 +92,13 @@ def test_train_evaluate_predict_export_serve_check_round_trip(tmp_path, capsys, 
     assert abs(served["probabilities"][0][1] - predictions[0]["probabilities"]["1"]) < 1e-3
 
 
+def test_the_command_line_knows_the_problem_types_the_classifier_has():
+    from kbert.cli_data import PROBLEM_TYPES
+    from kbert.text.classifier_labels import PROBLEM_TYPES as CLASSIFIER_PROBLEM_TYPES
+
+    assert PROBLEM_TYPES == CLASSIFIER_PROBLEM_TYPES
+
+
 def test_train_a_regression_model_on_a_numeric_column_of_sentence_pairs(tmp_path, capsys, tiny_preset):
     model = str(tmp_path / "stsb")
     common = ["--text-column", "sentence1", "--text-pair-column", "sentence2", "--label-column", "score",
