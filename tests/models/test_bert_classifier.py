@@ -129,8 +129,12 @@ MIXED_LENGTHS = [" ".join(["word"] * n) for n in (1, 25, 3, 12, 2, 28, 7, 5, 20,
 
 
 def traced(model):
-    """The preprocessing functions the model's preprocessor traced, for batches of examples."""
-    return [f for key, f in task_inputs.traced_functions(model.preprocessor).items() if key[0] == "batches"]
+    """The preprocessing functions traced for the model's batches of examples
+    (traces are shared by preprocessors of equal settings: these are the
+    ones of this model's head)."""
+    head = task_inputs.frozen(model.head_settings())
+    return [f for key, f in task_inputs.traced_functions(model.preprocessor).items()
+            if key[0] == "batches" and key[2] == head]
 
 
 def test_fit_batches_hold_similar_lengths_padded_to_their_longest_or_a_bucket(minilm_dir):
