@@ -17,6 +17,9 @@ class PositionEmbedding(keras.layers.Layer):
         sequence_length: the longest sequence the layer embeds.
         kind: `"learned"` or `"sinusoidal"`.
         initializer: initializer of the learned table.
+        offset: rows of the table before position 0's (RoBERTa's positions
+            start after its padding index, at row 2): the table has
+            `sequence_length + offset` rows.
 
     The input is any tensor `[batch, length, ...]`; the output is
     `[length, hidden_dim]` positions to add to it, broadcast over the batch.
@@ -30,25 +33,26 @@ class PositionEmbedding(keras.layers.Layer):
     (10, 16)
     """
 
-    def __init__(self, sequence_length, kind="learned", initializer="glorot_uniform", **kwargs):
+    def __init__(self, sequence_length, kind="learned", initializer="glorot_uniform", offset=0, **kwargs):
         super().__init__(**kwargs)
         if kind not in ("learned", "sinusoidal"):
             raise ValueError(f'PositionEmbedding kind must be "learned" or "sinusoidal", got "{kind}".')
         self.sequence_length = int(sequence_length)
         self.kind = kind
         self.initializer = keras.initializers.get(initializer)
+        self.offset = int(offset)
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
         if self.kind == "learned":
             self.position_embeddings = self.add_weight(
                 name="embeddings",
-                shape=(self.sequence_length, hidden_dim),
+                shape=(self.sequence_length + self.offset, hidden_dim),
                 initializer=self.initializer,
             )
         else:
             self.position_embeddings = ops.convert_to_tensor(
-                _sinusoidal_table(self.sequence_length, hidden_dim), dtype=self.compute_dtype
+                _sinusoidal_table(self.sequence_length + self.offset, hidden_dim), dtype=self.compute_dtype
             )
         self.built = True
 
@@ -56,8 +60,9 @@ class PositionEmbedding(keras.layers.Layer):
         length = ops.shape(inputs)[1]
         table = ops.convert_to_tensor(self.position_embeddings)
         if sequence_ids is not None:
-            return ops.cast(ops.take(table, restarting_positions(sequence_ids), axis=0), self.compute_dtype)
-        return ops.cast(ops.slice(table, (0, 0), (length, ops.shape(table)[1])), self.compute_dtype)
+            positions = restarting_positions(sequence_ids) + self.offset
+            return ops.cast(ops.take(table, positions, axis=0), self.compute_dtype)
+        return ops.cast(ops.slice(table, (self.offset, 0), (length, ops.shape(table)[1])), self.compute_dtype)
 
     def compute_output_shape(self, inputs_shape, sequence_ids_shape=None):
         if sequence_ids_shape is not None:
@@ -70,6 +75,7 @@ class PositionEmbedding(keras.layers.Layer):
             "sequence_length": self.sequence_length,
             "kind": self.kind,
             "initializer": keras.initializers.serialize(self.initializer),
+            "offset": self.offset,
         })
         return config
 

@@ -1,5 +1,6 @@
 import keras
 
+from kbert import families
 from kbert.layers import Dropout, LayerNorm, PositionEmbedding, TokenEmbedding, TransformerEncoder
 from kbert.presets import loading, lora, reader, to_transformers
 from kbert.training.precision import resolve_dtype
@@ -39,6 +40,10 @@ class BertBackbone(keras.Model):
         num_segments: number of segment (token type) ids.
         activation: `"gelu"` (exact erf GELU, BERT's) or `"gelu_approximate"`.
         layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
+        position_offset: rows of the position table before the first
+            position's (RoBERTa: 2, after its padding index).
+        family: the checkpoint family (`kbert.families`: `"bert"`,
+            `"roberta"`, `"xlm-roberta"`, ...): its weight names and heads.
         packing: whether rows hold several sequences packed together
             (Krell et al. 2021), with a `sequence_ids` input: attention stays
             within each sequence and positions restart at each one's start,
@@ -85,10 +90,13 @@ class BertBackbone(keras.Model):
         num_segments=2,
         activation="gelu",
         layer_norm_epsilon=1e-12,
+        position_offset=0,
+        family="bert",
         packing=False,
         dtype=None,
         **kwargs,
     ):
+        families.get(family)  # refuses an unknown one
         if dtype == "auto":
             raise ValueError(
                 'dtype="auto" is resolved before a model is built, so that a saved model holds the policy it ran '
@@ -104,7 +112,8 @@ class BertBackbone(keras.Model):
             dtype=dtype, name="segment_embedding",
         )
         position_embedding = PositionEmbedding(
-            max_sequence_length, initializer=bert_initializer(), dtype=dtype, name="position_embedding",
+            max_sequence_length, initializer=bert_initializer(), offset=position_offset, dtype=dtype,
+            name="position_embedding",
         )
         embeddings_layer_norm = LayerNorm(
             epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
@@ -177,6 +186,7 @@ class BertBackbone(keras.Model):
         self.num_segments = num_segments
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.position_offset, self.family = position_offset, family
         self.packing = bool(packing)
 
         # === Layers, by what they are (the checkpoint import maps onto these) ===
@@ -276,7 +286,7 @@ class BertBackbone(keras.Model):
             name=f"{self.name}_with_hidden_states",
         )
 
-    def pooled_output_model(self, first_token_only=True):
+    def pooled_output_model(self, first_token_only=True, pool=True):
         """A model sharing these weights that outputs only `pooled_output`.
 
         The pooler reads the last block's output at [CLS] alone, so this
@@ -295,15 +305,17 @@ class BertBackbone(keras.Model):
         Args:
             first_token_only: `False` runs the whole last block (the same
                 values, more work), e.g. to measure what the default saves.
+            pool: `False` outputs the first token's vector without the pooler
+                (RoBERTa's and ELECTRA's classification heads read it).
         """
         if not self.num_layers or not first_token_only:
-            pooled = self.output["pooled_output"]
+            pooled = self.output["pooled_output"] if pool else self._hidden_states[-1][:, 0, :]
         else:
             packed = {"sequence_ids": self.input["sequence_ids"]} if self.packing else {}
             first = self.transformer_layers[-1](
                 self._hidden_states[-2], padding_mask=self.input["padding_mask"], first_token_only=True, **packed
             )
-            pooled = self.pooled_dense(first[:, 0, :])
+            pooled = self.pooled_dense(first[:, 0, :]) if pool else first[:, 0, :]
         return _PooledBackbone(inputs=self.input, outputs=pooled, name=self.name)
 
     def attention_scores(self, inputs, layer_index):
@@ -335,6 +347,8 @@ class BertBackbone(keras.Model):
             "num_segments": self.num_segments,
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "position_offset": self.position_offset,
+            "family": self.family,
             "packing": self.packing,
             "dtype": keras.dtype_policies.serialize(self.token_embedding.dtype_policy),
         }
@@ -374,7 +388,7 @@ class BertBackbone(keras.Model):
         loading.save_backbone(self, folder)
 
     def export_to_transformers(self, path, dtype="float32"):
-        """Writes a `transformers.BertModel` folder (`kbert.presets.to_transformers`)."""
+        """Writes a `transformers` `BertModel` (`RobertaModel`, ...) folder (`kbert.presets.to_transformers`)."""
         return to_transformers.export_to_transformers(self, path, dtype)
 
 

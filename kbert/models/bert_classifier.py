@@ -5,11 +5,11 @@ import keras
 import numpy as np
 
 from kbert import text
+from kbert import families
 from kbert.layers import Dropout
 from kbert.models.bert_backbone import head_initializer
 from kbert.models import task_answers
 from kbert.models.task import Task
-from kbert.presets.huggingface import T
 from kbert.text.classifier_labels import MULTI_LABEL, PROBLEM_TYPES, REGRESSION, SCORE_ACTIVATIONS, SINGLE_LABEL
 
 
@@ -95,11 +95,21 @@ class BertClassifier(Task):
             raise ValueError(f"class_names={list(class_names)!r} names {repeated[0]!r} more than once; "
                              "give each class its own name.")
         inputs = backbone.input
+        rate = backbone.dropout if dropout is None else dropout
+        head = families.get(backbone.family).CLASSIFIER_HEAD if self.classified_output == "pooled_output" else None
         if self.classified_output == "pooled_output":
-            features = backbone.pooled_output_model()(inputs)
+            features = backbone.pooled_output_model(pool=head is None)(inputs)
         else:
             features = backbone(inputs)[self.classified_output]
-        x = Dropout(backbone.dropout if dropout is None else dropout, name="classifier_dropout")(features)
+        if head is not None:
+            # RoBERTa's and ELECTRA's head: a dense layer of its own on the
+            # first token in place of BERT's pooler.
+            if head["dropout_first"]:
+                features = Dropout(rate, name="classifier_dense_dropout")(features)
+            features = keras.layers.Dense(backbone.hidden_dim, activation=head["activation"],
+                                          kernel_initializer=head_initializer(), dtype="float32",
+                                          name="classifier_dense")(features)
+        x = Dropout(rate, name="classifier_dropout")(features)
         logits = keras.layers.Dense(
             num_classes, kernel_initializer=head_initializer(), dtype="float32", name="logits"
         )(x)
@@ -197,17 +207,17 @@ class BertClassifier(Task):
             return [keras.metrics.BinaryAccuracy(name="accuracy", threshold=logit)]
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
-    # Hugging Face's BertForSequenceClassification (and BertForTokenClassification).
+    # transformers' BertForSequenceClassification, RobertaForSequenceClassification, ...
     def hf_head_table(self):
-        dense = self.get_layer("logits")
-        return [(dense.kernel, "classifier.weight", T), (dense.bias, "classifier.bias", None)]
+        return families.get(self.backbone.family).classifier_table(self)
 
     @classmethod
     def hf_head_config(cls, preset, tensors):
         hf_config = preset.config
-        if "classifier.weight" not in tensors:
+        output = cls._hf_output_name(preset.backbone_config.get("family", "bert")) + ".weight"
+        if output not in tensors:
             return {}
-        config = {"num_classes": tensors["classifier.weight"].shape[0]}
+        config = {"num_classes": tensors[output].shape[0]}
         if hf_config.get("problem_type") in PROBLEM_TYPES:
             config["problem_type"] = hf_config["problem_type"]
         if config["num_classes"] == 1:
@@ -218,6 +228,11 @@ class BertClassifier(Task):
             if names != [f"LABEL_{i}" for i in range(config["num_classes"])]:
                 config["class_names"] = names
         return config
+
+
+    @classmethod
+    def _hf_output_name(cls, family):
+        return families.get(family).CLASSIFIER_OUTPUT
 
 
 def _check_threshold(threshold):

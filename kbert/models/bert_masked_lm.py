@@ -1,11 +1,11 @@
 import keras
 
-from kbert import text
+from kbert import families, text
 from kbert.layers import MaskedLMHead
 from kbert.models import task_answers
 from kbert.models.bert_backbone import bert_initializer
 from kbert.models.task import Task
-from kbert.presets.huggingface import T
+from kbert.families.tables import T
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -80,16 +80,9 @@ class BertMaskedLM(Task):
         # Accuracy over real predictions, not the padded prediction slots.
         return {"mlm_logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
 
-    # Hugging Face's BertForMaskedLM / BertForPreTraining `cls.predictions`.
+    # transformers' BertForMaskedLM / BertForPreTraining `cls.predictions`, RobertaForMaskedLM's `lm_head`, ...
     def hf_head_table(self):
-        head = self.mlm_head
-        return [
-            (head.transform.kernel, "cls.predictions.transform.dense.weight", T),
-            (head.transform.bias, "cls.predictions.transform.dense.bias", None),
-            (head.layer_norm.gamma, "cls.predictions.transform.LayerNorm.weight", None),
-            (head.layer_norm.beta, "cls.predictions.transform.LayerNorm.bias", None),
-            (head.bias, "cls.predictions.bias", None),
-        ]
+        return families.get(self.backbone.family).masked_lm_table(self.mlm_head)
 
     def fill_mask(self, texts, top_k=5, batch_size=32):
         """The `top_k` guesses at each `[MASK]` written in each text, as the

@@ -11,7 +11,7 @@ from kbert import text
 from kbert.models import task_answers
 from kbert.models.bert_backbone import head_initializer
 from kbert.models.task import Task
-from kbert.presets.huggingface import T
+from kbert.families.tables import T
 
 
 @keras.saving.register_keras_serializable(package="kbert")

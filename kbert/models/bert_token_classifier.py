@@ -3,6 +3,7 @@
 import keras
 
 from kbert import text
+from kbert.families import tables
 from kbert.models import task_answers, task_inputs
 from kbert.models.bert_classifier import BertClassifier
 from kbert.text import token_classification as tc
@@ -60,6 +61,14 @@ class BertTokenClassifier(BertClassifier):
     def task_config(self):
         # One tag per word: no problem type, threshold or score activation.
         return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}
+
+    # transformers' BertForTokenClassification (RobertaFor..., ...: the same names).
+    def hf_head_table(self):
+        return tables.dense(self.get_layer("logits"), "classifier")
+
+    @classmethod
+    def _hf_output_name(cls, family):
+        return "classifier"
 
     @classmethod
     def hf_head_config(cls, preset, tensors):

@@ -1,109 +1,38 @@
-"""Hugging Face BERT checkpoints <-> kbert: one table of names, read both ways.
+"""Hugging Face checkpoints <-> kbert: tables of names, read both ways.
 
-Hugging Face's `modeling_bert.py` parameter and `config.json` names are the
-lingua franca of BERT checkpoints. This module holds the backbone's (and the
-config's); each task model's `hf_head_table()` holds its head's, in the same
-row format. Importing runs the rows forwards (`assign`), exporting backwards
-(`tensors_of`, `hf_config`). PyTorch's `Linear.weight` is `[out, in]` and
-Keras' `Dense.kernel` is `[in, out]`, hence the transposes.
+transformers' parameter and `config.json` names are the lingua franca of
+checkpoints. Each family module (`kbert.families`) holds its backbone's table
+and config mapping; each task model's `hf_head_table()` holds its head's, in
+the same row format (`kbert.families.tables`). Importing runs the rows
+forwards (`assign`), exporting backwards (`tensors_of`, `hf_config`).
 """
 
 import keras
 import ml_dtypes
 import numpy as np
 
+from kbert import families
+from kbert.families.tables import T
 from kbert.presets import weight_check
 from kbert.presets.files import how_to_replace
-
-T = "transpose"
-
-
-_REQUIRED = ("vocab_size", "num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size")
-# (kbert `BertBackbone` argument, config.json key, default where config.json
-# does not say): the architecture and settings both ways.
-CONFIG_TABLE = (
-    ("vocabulary_size", "vocab_size", None),
-    ("num_layers", "num_hidden_layers", None),
-    ("num_heads", "num_attention_heads", None),
-    ("hidden_dim", "hidden_size", None),
-    ("intermediate_dim", "intermediate_size", None),
-    ("dropout", "hidden_dropout_prob", 0.1),
-    ("max_sequence_length", "max_position_embeddings", 512),
-    ("num_segments", "type_vocab_size", 2),
-    ("layer_norm_epsilon", "layer_norm_eps", 1e-12),
-)
-# config.json's hidden_act -> kbert's activation; the first of each is written.
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate"}
 
 
 def backbone_config(hf_config, source="config.json"):
     """kbert `BertBackbone` arguments from a Hugging Face `config.json` dict
-    (read from `source`, named in errors)."""
-    if not isinstance(hf_config, dict):
-        raise ValueError(f"{source} holds a JSON {type(hf_config).__name__}, not an object of settings.")
-    missing = [key for key in _REQUIRED if key not in hf_config]
-    if missing:
-        raise ValueError(
-            f"{source} lacks {', '.join(missing)}: a BERT config.json sets {', '.join(_REQUIRED)}. "
-            "Use the config.json that came with these weights."
-        )
-    model_type = hf_config.get("model_type", "bert")
-    if model_type != "bert":
-        raise ValueError(f'{source} describes a "{model_type}" model; kbert loads BERT ("bert") checkpoints.')
-    position_type = hf_config.get("position_embedding_type", "absolute")
-    if position_type != "absolute":
-        raise ValueError(
-            f'config.json has position_embedding_type="{position_type}"; kbert supports "absolute" (BERT\'s).'
-        )
-    hidden_act = hf_config.get("hidden_act", "gelu")
-    if hidden_act not in ACTIVATIONS:
-        raise ValueError(
-            f'config.json has hidden_act="{hidden_act}"; kbert supports {", ".join(ACTIVATIONS)}.'
-        )
-    config = {kbert: hf_config.get(hf, default) for kbert, hf, default in CONFIG_TABLE}
-    return {**config, "activation": ACTIVATIONS[hidden_act]}
+    (read from `source`, named in errors), by its family (`model_type`)."""
+    return families.backbone_config(hf_config, source)
 
 
 def hf_config(backbone_config):
-    """The `config.json` settings of a `BertModel` from kbert `BertBackbone`
-    arguments: `backbone_config` run backwards."""
-    config = {hf: backbone_config[kbert] for kbert, hf, _ in CONFIG_TABLE}
-    # kbert has one dropout rate for the embeddings, residuals and attention.
-    config["attention_probs_dropout_prob"] = backbone_config["dropout"]
-    config["hidden_act"] = next(hf for hf, kbert in ACTIVATIONS.items() if kbert == backbone_config["activation"])
-    return {"model_type": "bert", **config, "position_embedding_type": "absolute", "initializer_range": 0.02}
-
-
-def _dense(layer, name):
-    return [(layer.kernel, f"{name}.weight", T), (layer.bias, f"{name}.bias", None)]
-
-
-def _layer_norm(layer, name):
-    return [(layer.gamma, f"{name}.weight", None), (layer.beta, f"{name}.bias", None)]
+    """The `config.json` settings of a backbone's transformers model:
+    `backbone_config` run backwards."""
+    return families.hf_config(backbone_config)
 
 
 def backbone_table(backbone):
-    """(kbert variable, Hugging Face name without the `bert.` prefix, transform)."""
-    table = [
-        (backbone.token_embedding.embeddings, "embeddings.word_embeddings.weight", None),
-        (backbone.position_embedding.position_embeddings, "embeddings.position_embeddings.weight", None),
-        (backbone.segment_embedding.embeddings, "embeddings.token_type_embeddings.weight", None),
-        *_layer_norm(backbone.embeddings_layer_norm, "embeddings.LayerNorm"),
-    ]
-    for i, layer in enumerate(backbone.transformer_layers):
-        hf = f"encoder.layer.{i}"
-        table += [
-            *_dense(layer.query, f"{hf}.attention.self.query"),
-            *_dense(layer.key, f"{hf}.attention.self.key"),
-            *_dense(layer.value, f"{hf}.attention.self.value"),
-            *_dense(layer.attention_output, f"{hf}.attention.output.dense"),
-            *_layer_norm(layer.attention_layer_norm, f"{hf}.attention.output.LayerNorm"),
-            *_dense(layer.intermediate, f"{hf}.intermediate.dense"),
-            *_dense(layer.output_dense, f"{hf}.output.dense"),
-            *_layer_norm(layer.output_layer_norm, f"{hf}.output.LayerNorm"),
-        ]
-    table += _dense(backbone.pooled_dense, "pooler.dense")
-    return table
+    """(kbert variable, Hugging Face name without the task's prefix
+    (`bert.`, `roberta.`), transform), by the backbone's family."""
+    return families.get(backbone.family).backbone_table(backbone)
 
 
 def tensors_of(table, prefix="", dtype="float32"):
@@ -166,9 +95,11 @@ def _modern_name(name):
     return name
 
 
-def backbone_prefix(tensors):
-    """`"bert."` for task checkpoints (BertForX), `""` for bare BertModel ones."""
-    return "bert." if any(k.startswith("bert.embeddings.") for k in tensors) else ""
+def backbone_prefix(tensors, family="bert"):
+    """The family's prefix (`"bert."`) for task checkpoints (BertForX), `""`
+    for bare BertModel ones."""
+    prefix = families.get(family).PREFIX
+    return prefix if any(k.startswith(prefix + "embeddings.") for k in tensors) else ""
 
 
 def assign(table, tensors, prefix="", source="checkpoint"):

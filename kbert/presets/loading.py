@@ -4,6 +4,7 @@ import json
 import os
 import warnings
 
+from kbert import families
 from kbert.presets import config_check, files, huggingface, weight_check
 
 KBERT_WEIGHTS = "model.weights.h5"
@@ -86,12 +87,14 @@ def load_keras_weights(model, path):
 def load_hf_backbone_weights(backbone, path, tensors=None):
     """Loads a Hugging Face checkpoint's backbone tensors into `backbone`."""
     tensors = huggingface.read_checkpoint(path) if tensors is None else tensors
-    prefix = huggingface.backbone_prefix(tensors)
+    prefix = huggingface.backbone_prefix(tensors, backbone.family)
     table = huggingface.backbone_table(backbone)
     if not any(prefix + "pooler." in k for k in tensors):
         # BertForMaskedLM, token classification and QA checkpoints have no
-        # pooler; it keeps its initial weights.
-        warnings.warn(f"{path} has no pooler weights; pooled_output uses a freshly initialised pooler.")
+        # pooler; it keeps its initial weights. (Said only where the family's
+        # classifier reads it: RoBERTa's task checkpoints never hold one.)
+        if "ForSequenceClassification" in families.get(backbone.family).POOLED:
+            warnings.warn(f"{path} has no pooler weights; pooled_output uses a freshly initialised pooler.")
         table = [row for row in table if not row[1].startswith("pooler.")]
     unused = huggingface.unused_backbone_tensors(table, tensors, prefix)
     if unused:

@@ -269,7 +269,7 @@ def write_folder(embedder, path, dtype="float32"):
     if preprocessor is None:
         raise ValueError("This embedder has no preprocessor, so there is no tokenizer to write, and "
                          "sentence-transformers needs one: build it with preprocessor=kbert.BertPreprocessor(...).")
-    to_transformers.write_folder(path, "BertModel", backbone, preprocessor=preprocessor, dtype=dtype)
+    to_transformers.write_folder(path, "Model", backbone, preprocessor=preprocessor, dtype=dtype)
     modules = [("", "Transformer")]
     files.write_json(path, SENTENCE_BERT_CONFIG, {"max_seq_length": preprocessor.sequence_length, "do_lower_case": False})
     modes = [embedder.pooling] if isinstance(embedder.pooling, str) else list(embedder.pooling)

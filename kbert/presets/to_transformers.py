@@ -13,25 +13,27 @@ import os
 
 from safetensors.numpy import save_file
 
+from kbert import families
 from kbert.presets import files, huggingface
 
 WEIGHTS = "model.safetensors"
-# kbert's class -> (transformers' class, whether it has BERT's pooler): the
-# token-level heads of transformers have none, so theirs is not written.
+# kbert's class -> transformers' class, after the family's prefix ("Bert",
+# "Roberta", ...: `kbert.families`). Which of them have a pooler is the
+# family's `POOLED`: the token-level heads have none, so theirs is not written.
 ARCHITECTURES = {
-    "BertBackbone": ("BertModel", True),
-    "BertClassifier": ("BertForSequenceClassification", True),
-    "BertTokenClassifier": ("BertForTokenClassification", False),
-    "BertQuestionAnswerer": ("BertForQuestionAnswering", False),
-    "BertMaskedLM": ("BertForMaskedLM", False),
-    "BertPretrainer": ("BertForPreTraining", True),
+    "BertBackbone": "Model",
+    "BertClassifier": "ForSequenceClassification",
+    "BertTokenClassifier": "ForTokenClassification",
+    "BertQuestionAnswerer": "ForQuestionAnswering",
+    "BertMaskedLM": "ForMaskedLM",
+    "BertPretrainer": "ForPreTraining",
 }
 DTYPES = ("float32", "float16", "bfloat16")
 
 
 def architecture(model):
     """transformers' class for `model` (or the nearest kbert class it
-    derives from), and whether that class has a pooler."""
+    derives from), without the family's prefix: `"ForMaskedLM"`."""
     for klass in type(model).__mro__:
         if klass.__name__ in ARCHITECTURES:
             return ARCHITECTURES[klass.__name__]
@@ -56,31 +58,38 @@ def export_to_transformers(model, path, dtype="float32"):
     Returns:
         `path`.
     """
-    name, pooler = architecture(model)
-    if name == "BertModel":
+    kind = architecture(model)
+    if kind == "Model":
         backbone, head, head_config = model, [], {}
     else:
-        backbone, head, head_config = model.backbone, model.hf_head_table(), _head_config(model, name)
+        backbone, head, head_config = model.backbone, model.hf_head_table(), _head_config(model, kind)
     # A backbone has no preprocessor; a task model fed token ids has None.
     preprocessor = getattr(model, "preprocessor", None)
-    return write_folder(path, name, backbone, head, head_config, preprocessor, dtype, pooler)
+    return write_folder(path, kind, backbone, head, head_config, preprocessor, dtype)
 
 
-def write_folder(path, name, backbone, head=(), head_config=None, preprocessor=None, dtype="float32", pooler=True):
-    """Writes a transformers `name` model: `backbone`'s weights under
-    `bert.` (bare for `BertModel`), the `head` rows (`hf_head_table()`), the
-    config with `head_config`, and `preprocessor`'s tokenizer."""
+def write_folder(path, kind, backbone, head=(), head_config=None, preprocessor=None, dtype="float32"):
+    """Writes a transformers model of `kind` (`"Model"`, `"ForMaskedLM"`,
+    ...) in the backbone's family: `backbone`'s weights under the family's
+    prefix (`bert.`; bare for `"Model"`), the `head` rows
+    (`hf_head_table()`), the config with `head_config`, and
+    `preprocessor`'s tokenizer."""
     if str(dtype) not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: export weights as one of {', '.join(DTYPES)}.")
     files.check_new_folder(path, "export_to_transformers")
+    family = families.get(backbone.family)
+    pooler = kind in family.POOLED
     rows = [row for row in huggingface.backbone_table(backbone) if pooler or not row[1].startswith("pooler.")]
-    tensors = huggingface.tensors_of(rows, "" if name == "BertModel" else "bert.", dtype)
+    tensors = huggingface.tensors_of(rows, "" if kind == "Model" else family.PREFIX, dtype)
     tensors.update(huggingface.tensors_of(head, "", dtype))
+    name = families.class_name(backbone.family, kind)
     config = {"architectures": [name], **huggingface.hf_config(backbone.get_config()), **(head_config or {})}
     tokenizer = preprocessor.tokenizer if preprocessor is not None else None
     # transformers 5 reads `dtype`, earlier versions `torch_dtype`.
-    config.update(pad_token_id=tokenizer.pad_id if tokenizer is not None else 0, dtype=str(dtype),
-                  torch_dtype=str(dtype))
+    config.update(dtype=str(dtype), torch_dtype=str(dtype))
+    config.setdefault("pad_token_id", 0)
+    if tokenizer is not None:
+        config["pad_token_id"] = tokenizer.pad_id
     files.write_json(path, files.HF_CONFIG, config)
     save_file(tensors, os.path.join(path, WEIGHTS), metadata={"format": "pt"})
     if tokenizer is not None:
@@ -95,21 +104,21 @@ TORCH_ACTIVATIONS = {"sigmoid": "torch.nn.modules.activation.Sigmoid", "tanh": "
                      None: "torch.nn.modules.linear.Identity"}
 
 
-def _head_config(model, name):
-    if name in ("BertForSequenceClassification", "BertForTokenClassification"):
+def _head_config(model, kind):
+    if kind in ("ForSequenceClassification", "ForTokenClassification"):
         # Unnamed classes as transformers names them (LABEL_0, ...), which
         # kbert reads back as no class_names.
         names = model.class_names or [f"LABEL_{i}" for i in range(model.num_classes)]
         config = {"id2label": {str(i): label for i, label in enumerate(names)},
                   "label2id": {label: i for i, label in enumerate(names)},
                   "classifier_dropout": model.dropout}
-        if name == "BertForSequenceClassification":
+        if kind == "ForSequenceClassification":
             config["problem_type"] = model.problem_type
             if model.num_classes == 1:  # so that CrossEncoder scores as kbert does
                 activation = TORCH_ACTIVATIONS[model.score_activation]
                 config["sentence_transformers"] = {"activation_fn": activation}
         return config
-    if name in ("BertForMaskedLM", "BertForPreTraining"):
+    if kind in ("ForMaskedLM", "ForPreTraining"):
         # The output projection is the token embedding (kbert's MaskedLMHead).
         return {"tie_word_embeddings": True}
     return {}

@@ -28,7 +28,8 @@ import torch
 import transformers
 
 import kbert
-from kbert.presets.huggingface import T, backbone_table
+from kbert.families.tables import T
+from kbert.presets.huggingface import backbone_table
 
 SEQUENCE_LENGTH = 12
 BATCH, STEPS = 4, 12  # ceil(10% of 12) = 2 warm-up steps, where a floor gives 1

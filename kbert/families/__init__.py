@@ -1,0 +1,67 @@
+"""Encoder families: what differs between BERT, RoBERTa, XLM-RoBERTa, ... in one module each.
+
+A family module holds:
+
+- `MODEL_TYPES`: the config.json `model_type`s it reads; a backbone's
+  `family` argument is one of them (`"bert"`, `"xlm-roberta"`, ...);
+- `CLASS_PREFIX`: transformers' class names per model type (`"Bert"` +
+  `"ForSequenceClassification"`), and `POOLED`, the classes with a pooler;
+- `PREFIX`: the backbone's weights in a task checkpoint (`"bert."`);
+- `backbone_config(hf_config, source)` / `hf_config(backbone_config)`: the
+  config mapping both ways; `backbone_table(backbone)`: the weight names,
+  read both ways (rows of `kbert.families.tables`);
+- the heads that differ: `CLASSIFIER_HEAD` (None: dropout and a dense layer
+  on the pooled first token; else the dense layer and activation of
+  RoBERTa's and ELECTRA's heads), `classifier_table(model)`,
+  `masked_lm_table(head)`;
+- the tokenizer: `TOKENIZERS` (a `kbert.text` class name per model type),
+  and how pairs are packed (`PAIR_SEPARATORS`, `PAIR_SEGMENTS`).
+
+Adding a family is writing its module and listing it in `_MODULES` below;
+tasks, preprocessors, serving, `export_to_transformers`, the CLI and presets
+ask this registry.
+"""
+
+from kbert.families import bert, roberta
+
+_MODULES = (bert, roberta)
+_BY_MODEL_TYPE = {model_type: module for module in _MODULES for model_type in module.MODEL_TYPES}
+MODEL_TYPES = tuple(_BY_MODEL_TYPE)
+
+
+def get(model_type):
+    """The family module of a backbone's `family` (a config.json `model_type`)."""
+    try:
+        return _BY_MODEL_TYPE[model_type]
+    except (KeyError, TypeError):
+        raise ValueError(f"Unknown model family {model_type!r}; kbert builds {', '.join(MODEL_TYPES)}.") from None
+
+
+def of_hf_config(hf_config, source="config.json"):
+    """The family of a Hugging Face `config.json` dict, by its `model_type`
+    (a config without one is BERT's, as old BERT checkpoints write none)."""
+    model_type = hf_config.get("model_type", "bert") if isinstance(hf_config, dict) else "bert"
+    if model_type not in _BY_MODEL_TYPE:
+        raise ValueError(f'{source} describes a "{model_type}" model; kbert loads {", ".join(MODEL_TYPES)} '
+                         "checkpoints.")
+    return _BY_MODEL_TYPE[model_type]
+
+
+def backbone_config(hf_config, source="config.json"):
+    """kbert `BertBackbone` arguments from a `config.json` dict, by its family."""
+    config = of_hf_config(hf_config, source).backbone_config(hf_config, source)
+    return {"family": hf_config.get("model_type", "bert"), **config}
+
+
+def hf_config(backbone_config):
+    """A backbone config's `config.json` settings, by its family."""
+    return get(backbone_config.get("family", "bert")).hf_config(backbone_config)
+
+
+def class_name(family, suffix):
+    """transformers' class of a family's `suffix` (`"Model"`, `"ForMaskedLM"`, ...)."""
+    return get(family).CLASS_PREFIX[family] + suffix
+
+
+def tokenizer_class_name(family):
+    return get(family).TOKENIZERS[family]

@@ -1,0 +1,110 @@
+"""RoBERTa and XLM-RoBERTa against transformers on the same weights: the
+backbone and every task head, from tiny random checkpoints saved by
+transformers' own classes (weights nudged off their initialisation), and
+back out with `export_to_transformers`."""
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import kbert
+from tests.helpers import to_numpy
+
+VOCABULARY = 90
+# (kbert task, its arguments, transformers class suffix, output of kbert, of transformers)
+TASKS = {
+    "backbone": (kbert.BertBackbone, {}, "Model"),
+    "classifier": (kbert.BertClassifier, {}, "ForSequenceClassification"),
+    "token_classifier": (kbert.BertTokenClassifier, {}, "ForTokenClassification"),
+    "question_answerer": (kbert.BertQuestionAnswerer, {}, "ForQuestionAnswering"),
+    "masked_lm": (kbert.BertMaskedLM, {}, "ForMaskedLM"),
+}
+CONFIGS = {"roberta": transformers.RobertaConfig, "xlm-roberta": transformers.XLMRobertaConfig}
+
+
+def save_checkpoint(folder, family, suffix, **config):
+    """A tiny random transformers model of `family`, weights nudged (so that
+    zero biases and unit LayerNorm scales test nothing), saved to `folder`."""
+    hf_config = CONFIGS[family](
+        vocab_size=VOCABULARY, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
+        max_position_embeddings=34, num_labels=2 if suffix == "ForQuestionAnswering" else 3, **config,
+    )
+    torch.manual_seed(0)
+    model = getattr(transformers, transformers.AutoConfig.for_model(family).__class__.__name__.replace(
+        "Config", suffix))(hf_config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    model.save_pretrained(folder)
+    return model
+
+
+def random_ids(batch=3, length=11, seed=0):
+    """Right-padded rows of ids that are not RoBERTa's specials (0-3)."""
+    rng = np.random.default_rng(seed)
+    lengths = np.array([length, 6, 3][:batch])
+    padding_mask = (np.arange(length)[None, :] < lengths[:, None]).astype("int32")
+    token_ids = np.where(padding_mask > 0, rng.integers(4, VOCABULARY, size=(batch, length)), 1).astype("int32")
+    return {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids), "padding_mask": padding_mask}
+
+
+def hf_outputs(model, inputs, suffix):
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(inputs["token_ids"]).long(),
+                    attention_mask=torch.tensor(inputs["padding_mask"]).long())
+    if suffix == "Model":
+        return {"sequence_output": out.last_hidden_state.numpy()}
+    if suffix == "ForQuestionAnswering":
+        return {"start_logits": out.start_logits.numpy(), "end_logits": out.end_logits.numpy()}
+    return {"logits": out.logits.numpy()}
+
+
+def kbert_outputs(model, inputs, suffix):
+    if suffix == "ForMaskedLM":
+        # kbert's masked LM scores chosen positions: every position here.
+        length = inputs["token_ids"].shape[1]
+        positions = np.tile(np.arange(length, dtype="int32"), (len(inputs["token_ids"]), 1))
+        return {"logits": to_numpy(model({**inputs, "mask_positions": positions})["mlm_logits"])}
+    out = model(inputs)
+    if suffix == "Model":
+        return {"sequence_output": to_numpy(out["sequence_output"])}
+    if suffix == "ForQuestionAnswering":
+        return {"start_logits": to_numpy(out["start_logits"]), "end_logits": to_numpy(out["end_logits"])}
+    return {"logits": to_numpy(out)}
+
+
+def assert_close(kbert_out, hf_out, padding_mask, suffix):
+    for key, expected in hf_out.items():
+        got = kbert_out[key]
+        if suffix != "ForSequenceClassification":  # per position: padding positions differ
+            real = padding_mask.astype(bool)
+            got, expected = got[real], expected[real]
+        np.testing.assert_allclose(got, expected, atol=1e-4, err_msg=key)
+
+
+@pytest.mark.parametrize("family", CONFIGS)
+@pytest.mark.parametrize("task", TASKS)
+def test_every_task_matches_transformers_and_exports_back(tmp_path, family, task):
+    cls, kwargs, suffix = TASKS[task]
+    hf_model = save_checkpoint(tmp_path / "hf", family, suffix)
+    model = cls.from_preset(str(tmp_path / "hf"), **kwargs)
+    assert model.get_config().get("family", getattr(model, "backbone", model).family) == family
+    inputs = random_ids()
+    outputs = kbert_outputs(model, inputs, suffix)
+    assert_close(outputs, hf_outputs(hf_model, inputs, suffix), inputs["padding_mask"], suffix)
+
+    model.export_to_transformers(str(tmp_path / "out"))
+    exported = transformers.AutoConfig.from_pretrained(str(tmp_path / "out"))
+    assert exported.model_type == family and exported.architectures == [type(hf_model).__name__]
+    back = type(hf_model).from_pretrained(str(tmp_path / "out")).eval()
+    assert_close(outputs, hf_outputs(back, inputs, suffix), inputs["padding_mask"], suffix)
+
+
+def test_positions_start_after_the_padding_index(tmp_path):
+    # A longer row than 32 positions would read past the table: RoBERTa's
+    # 34 rows hold 32 positions after rows 0 and 1.
+    save_checkpoint(tmp_path, "roberta", "Model")
+    backbone = kbert.BertBackbone.from_preset(str(tmp_path))
+    assert backbone.max_sequence_length == 32 and backbone.position_offset == 2
+    assert tuple(backbone.position_embedding.position_embeddings.shape) == (34, 16)
