@@ -14,8 +14,9 @@ A family module holds:
   on the pooled first token; else the dense layer and activation of
   RoBERTa's and ELECTRA's heads), `classifier_table(model)`,
   `masked_lm_table(head)`;
-- the tokenizer: `TOKENIZERS` (a `kbert.text` class name per model type),
-  and how pairs are packed (`PAIR_SEPARATORS`, `PAIR_SEGMENTS`).
+- the tokenizer: `TOKENIZERS`, a `kbert.text` class name per model type
+  (the tokenizer says how pairs are packed: its `pair_layout`), and
+  `TOKENIZER_FILES`, the files a hub repository holds it in.
 
 Adding a family is writing its module and listing it in `_MODULES` below;
 tasks, preprocessors, serving, `export_to_transformers`, the CLI and presets
@@ -65,3 +66,10 @@ def class_name(family, suffix):
 
 def tokenizer_class_name(family):
     return get(family).TOKENIZERS[family]
+
+
+def tokenizer_files(model_type):
+    """The sets of files a hub repository of `model_type` may hold its
+    tokenizer in, preferred first (an unknown type: BERT's)."""
+    family = _BY_MODEL_TYPE.get(model_type, bert)
+    return family.TOKENIZER_FILES.get(model_type, bert.TOKENIZER_FILES["bert"])

@@ -13,11 +13,10 @@ CLASS_PREFIX = {"bert": "Bert"}
 PREFIX = "bert."
 # transformers' classes that hold the pooler (its token-level heads have none).
 POOLED = ("Model", "ForSequenceClassification", "ForPreTraining")
-# The tokenizer (a `kbert.text` class) and how it packs a pair:
-# `[CLS] A [SEP] B [SEP]`, B in segment 1.
+# The tokenizer: a `kbert.text` class per model type (it says how pairs are packed).
 TOKENIZERS = {"bert": "BertTokenizer"}
-PAIR_SEPARATORS = 1
-PAIR_SEGMENTS = True
+# Where a hub repository holds it: the first set of files it has.
+TOKENIZER_FILES = {"bert": (("vocab.txt",), ("tokenizer.json",))}
 # The sequence classifier's head: dropout and a dense layer on the pooled [CLS].
 # Its output layer's name in the checkpoint (the number of classes is read off it).
 CLASSIFIER_OUTPUT = "classifier"

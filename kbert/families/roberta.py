@@ -19,8 +19,9 @@ PREFIX = "roberta."  # XLMRobertaForX and CamembertForX name it so too
 POOLED = ("Model",)
 TOKENIZERS = {"roberta": "BytePairTokenizer", "xlm-roberta": "SentencePieceTokenizer",
               "camembert": "SentencePieceTokenizer"}
-PAIR_SEPARATORS = 2
-PAIR_SEGMENTS = False
+_SENTENCEPIECE = (("tokenizer.json",), ("sentencepiece.bpe.model",))
+TOKENIZER_FILES = {"roberta": (("tokenizer.json",), ("vocab.json", "merges.txt")),
+                   "xlm-roberta": _SENTENCEPIECE, "camembert": _SENTENCEPIECE}
 # Its output layer's name in the checkpoint (the number of classes is read off it).
 CLASSIFIER_OUTPUT = "classifier.out_proj"
 CLASSIFIER_HEAD = {"activation": "tanh", "dropout_first": True}

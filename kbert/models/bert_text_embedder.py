@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from kbert import text
+from kbert import families, text
 from kbert.models import task_answers, task_inputs, task_presets
 from kbert.models.task import Task
 from kbert.presets import files, reader
@@ -318,7 +318,8 @@ class BertTextEmbedder(Task):
         transformer = reader.read_preset(settings["transformer_folder"])
         if "preprocessor" not in kwargs and task_presets.tokenizer_runs(folder):
             positions = transformer.backbone_config["max_sequence_length"]
-            kwargs["preprocessor"] = cls._sentence_transformers_preprocessor(settings, sequence_length, positions)
+            kwargs["preprocessor"] = cls._sentence_transformers_preprocessor(settings, sequence_length, positions,
+                                                                             transformer)
         elif sequence_length is not None:
             raise ValueError("Got both preprocessor= and sequence_length=: the sequence length is the preprocessor's.")
         model = super().from_preset(transformer, **{**head, **kwargs})
@@ -331,13 +332,17 @@ class BertTextEmbedder(Task):
         return model
 
     @staticmethod
-    def _sentence_transformers_preprocessor(settings, sequence_length, positions):
+    def _sentence_transformers_preprocessor(settings, sequence_length, positions, transformer):
         folder = settings["transformer_folder"]
-        tokenizer = st.tokenizer_settings(folder, settings["do_lower_case"])
+        family = transformer.backbone_config.get("family", "bert")
+        if families.tokenizer_class_name(family) == "BertTokenizer":
+            tokenizer = text.BertTokenizer(**st.tokenizer_settings(folder, settings["do_lower_case"]))
+        else:
+            tokenizer = task_presets.preset_tokenizer(transformer, family)
         length = sequence_length or st.max_seq_length(folder, settings, positions)
         if length > positions:
             raise ValueError(f"sequence_length={length} is longer than this model's {positions} positions.")
-        return text.BertTextEmbedderPreprocessor(text.BertTokenizer(**tokenizer), sequence_length=length)
+        return text.BertTextEmbedderPreprocessor(tokenizer, sequence_length=length)
 
     @classmethod
     def preset_preprocessor(cls, preset, sequence_length, backbone):

@@ -10,7 +10,7 @@ import warnings
 import h5py
 import keras
 
-from kbert import text, tf_if_present
+from kbert import families, text, tf_if_present
 from kbert.models.bert_backbone import BertBackbone
 from kbert.presets import files, huggingface, loading, reader, tokenizer_files, weight_check
 
@@ -165,16 +165,24 @@ def preset_preprocessor(cls, preset, sequence_length, backbone):
         return None
     if not tokenizer_runs(preset.folder):
         return None
-    tokenizer = preset.tokenizer_arguments()
+    tokenizer = preset_tokenizer(preset, backbone.family)
     sequence_length = sequence_length or preset.default_sequence_length(backbone.max_sequence_length)
     if sequence_length and sequence_length > backbone.max_sequence_length:
         raise ValueError(
             f"sequence_length={sequence_length} is longer than this model's maximum, "
             f"{backbone.max_sequence_length} positions; use sequence_length <= {backbone.max_sequence_length}."
         )
-    return cls.preprocessor_class(text.BertTokenizer(**tokenizer),
+    return cls.preprocessor_class(tokenizer,
                                   sequence_length=sequence_length or min(512, backbone.max_sequence_length),
                                   **preset.preprocessor_settings)
+
+
+def preset_tokenizer(preset, family):
+    """The preset's tokenizer, of its family's class (`kbert.families`)."""
+    name = families.tokenizer_class_name(family)
+    if name == "BertTokenizer":  # from the files already read, checked against the config
+        return text.BertTokenizer(**preset.tokenizer_arguments())
+    return getattr(text, name).from_preset(preset.folder)
 
 
 def tokenizer_runs(folder):

@@ -26,6 +26,7 @@ from huggingface_hub import errors as hub_errors
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import validate_repo_id
 
+from kbert import families
 from kbert.presets import config_check, download_bounds
 from kbert.presets.registry import PRESETS
 
@@ -197,7 +198,7 @@ def _check_case(folder, name, entry):
     # a cased checkpoint whose tokenizer_config.json went missing would
     # silently tokenize as uncased.
     lowercase = load_json(folder, TOKENIZER_CONFIG, default={}).get("do_lower_case", True)
-    if lowercase != entry["lowercase"]:
+    if entry["lowercase"] is not None and lowercase != entry["lowercase"]:
         raise ValueError(
             f'Preset "{name}" is {"uncased" if entry["lowercase"] else "cased"}, but its '
             f"{os.path.join(folder, TOKENIZER_CONFIG)} (missing means do_lower_case=true) says "
@@ -241,13 +242,14 @@ def _cached_snapshot(repo, revision, cache, tokenizer_config_checked=True):
     .no_exist/ for files the repository does not have); else None.
     `tokenizer_config_checked=False` accepts a snapshot that has no record
     of whether the repository has a tokenizer_config.json."""
-    found = {
-        name: huggingface_hub.try_to_load_from_cache(repo, name, cache_dir=cache, revision=revision)
-        for name in (HF_CONFIG, VOCABULARY, TOKENIZER_JSON, TOKENIZER_CONFIG, *WEIGHT_FILES)
-    }
+    def cached(name):
+        return huggingface_hub.try_to_load_from_cache(repo, name, cache_dir=cache, revision=revision)
+
+    found = {name: cached(name) for name in (HF_CONFIG, TOKENIZER_CONFIG, *WEIGHT_FILES)}
+    tokenizer = _tokenizer_files(found[HF_CONFIG]) if isinstance(found[HF_CONFIG], str) else ()
     complete = (
         isinstance(found[HF_CONFIG], str)
-        and (isinstance(found[VOCABULARY], str) or isinstance(found[TOKENIZER_JSON], str))
+        and any(all(isinstance(cached(name), str) for name in names) for names in tokenizer)
         and (found[TOKENIZER_CONFIG] is not None or not tokenizer_config_checked)  # None: never looked for
         and any(isinstance(found[w], str) for w in WEIGHT_FILES)
     )
@@ -304,12 +306,36 @@ def _download(repo, revision, cache, etag_timeout, what, how, progress):
     config_check.check_hf_config(load_json(folder, HF_CONFIG), f"The config.json of {what}")
     # The rest from the commit config.json came from, even if the branch moves meanwhile.
     commit = os.path.basename(folder)
-    if fetch(VOCABULARY, commit, optional=True) is None and fetch(TOKENIZER_JSON, commit, optional=True) is None:
-        fetch(VOCABULARY, commit)  # says that the repository has no tokenizer
+    # The tokenizer: the first of its family's sets of files that the repository has.
+    choices = _tokenizer_files(os.path.join(folder, HF_CONFIG))
+    if not any(all([fetch(name, commit, optional=True) is not None for name in names]) for names in choices):
+        fetch(choices[0][0], commit)  # says that the repository has no tokenizer
     fetch(TOKENIZER_CONFIG, commit, optional=True)
     if fetch(WEIGHT_FILES[0], commit, optional=True) is None:
         fetch(WEIGHT_FILES[1], commit)
+    # A sentence-transformers model's modules (pooling, dense layers) and a
+    # CrossEncoder's activation, where the repository has them.
+    fetch("config_sentence_transformers.json", commit, optional=True)
+    if fetch("modules.json", commit, optional=True) is not None:
+        fetch("sentence_bert_config.json", commit, optional=True)
+        modules = load_json(folder, "modules.json", default=[])
+        for entry in modules if isinstance(modules, list) else []:
+            path = entry.get("path") if isinstance(entry, dict) else None
+            if path and isinstance(path, str):
+                fetch(f"{path}/config.json", commit, optional=True)
+                if str(entry.get("type", "")).endswith("Dense"):
+                    fetch(f"{path}/model.safetensors", commit, optional=True)
     return folder
+
+
+def _tokenizer_files(config_path):
+    """The sets of files the tokenizer of the model of `config_path` may be in."""
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            model_type = json.load(f).get("model_type", "bert")
+    except (OSError, ValueError, AttributeError):  # read again, and explained, when the preset is loaded
+        model_type = "bert"
+    return families.tokenizer_files(model_type)
 
 
 def _is_missing_file(error):

@@ -62,6 +62,20 @@ PRESETS = {
         "google-bert/bert-base-multilingual-uncased", 12, 768, 12, True,
         "BERT-Base, uncased, 102 languages.", vocabulary_size=105879,
     ),
+    # Other families (kbert.families): their tokenizers have no lowercase setting to check.
+    "roberta_base": _entry(
+        "FacebookAI/roberta-base", 12, 768, 12, None,
+        "RoBERTa-Base, English (Liu et al. 2019).", vocabulary_size=50265,
+    ),
+    "xlm_roberta_base": _entry(
+        "FacebookAI/xlm-roberta-base", 12, 768, 12, None,
+        "XLM-RoBERTa-Base, 100 languages (Conneau et al. 2020).", vocabulary_size=250002,
+    ),
+    "multilingual_e5_small": _entry(
+        "intfloat/multilingual-e5-small", 12, 384, 12, None,
+        "multilingual-e5-small: an XLM-R text embedder (mean pooling), about 100 languages "
+        "(Wang et al. 2024).", vocabulary_size=250037,
+    ),
 }
 
 

@@ -27,9 +27,14 @@ SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD
 _GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
+# The files that hold a tokenizer: WordPiece's vocab.txt, byte-level BPE's
+# vocab.json (with merges.txt), SentencePiece's model, or tokenizer.json.
+TOKENIZER_FILES = (files.VOCABULARY, "vocab.json", "sentencepiece.bpe.model", TOKENIZER_JSON)
+
+
 def has_tokenizer(folder):
-    """Whether `folder` holds a tokenizer kbert reads: `vocab.txt` or `tokenizer.json`."""
-    return any(os.path.exists(os.path.join(folder, name)) for name in (files.VOCABULARY, TOKENIZER_JSON))
+    """Whether `folder` holds a tokenizer kbert reads (`TOKENIZER_FILES`)."""
+    return any(os.path.exists(os.path.join(folder, name)) for name in TOKENIZER_FILES)
 
 
 def no_tokenizer_message(folder):

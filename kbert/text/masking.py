@@ -113,17 +113,18 @@ class MaskedLMMaskGenerator(tf.Module):
 
     @classmethod
     def from_tokenizer(cls, tokenizer, **kwargs):
-        """A generator for a `BertTokenizer`'s vocabulary: `[CLS]`, `[SEP]` and
-        `[PAD]` unselectable, its `[MASK]`, and its `##` pieces for `whole_word`.
+        """A generator for a tokenizer's vocabulary: `[CLS]`, `[SEP]` and
+        `[PAD]` unselectable, its `[MASK]`, and the pieces that continue a
+        word (WordPiece's `##` pieces; BPE's without `Ġ`, SentencePiece's
+        without `▁`) for `whole_word`.
 
         Args:
-            tokenizer: a `kbert.text.BertTokenizer`.
+            tokenizer: a `kbert.text` tokenizer (`BertTokenizer`, ...).
             **kwargs: the other arguments of `MaskedLMMaskGenerator`.
         """
         kwargs.setdefault("unselectable_token_ids", [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id])
         if kwargs.get("whole_word"):
-            pieces = [i for i, token in enumerate(tokenizer.vocabulary) if token.startswith("##")]
-            kwargs.setdefault("continuation_token_ids", pieces)
+            kwargs.setdefault("continuation_token_ids", tokenizer.continuation_token_ids)
         return cls(tokenizer.vocabulary_size, tokenizer.mask_id, **kwargs)
 
     def get_config(self):

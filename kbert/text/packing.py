@@ -2,7 +2,8 @@
 
 BERT §3 (Input/Output Representations): every sequence starts with `[CLS]`,
 each segment ends with `[SEP]`, and a learned segment embedding tells the
-tokens of A (segment 0) from those of B (segment 1).
+tokens of A (segment 0) from those of B (segment 1). RoBERTa's pairs
+(`pair_layout="roberta"`) are `<s> A </s></s> B </s>`, all in segment 0.
 """
 
 
@@ -11,6 +12,9 @@ from kbert.tf_if_present import tf
 
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PAD_TO = ("sequence_length", "longest", "bucket")
+# How a pair is packed: BERT's `[CLS] A [SEP] B [SEP]` (B in segment 1), or
+# RoBERTa's `<s> A </s></s> B </s>` (one segment).
+PAIR_LAYOUTS = ("bert", "roberta")
 # The shortest bucket length of pad_to="bucket" (see bucket_lengths).
 MIN_BUCKET = 16
 
@@ -59,9 +63,10 @@ def _keep_first(segment, lengths):
     return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
 
 
-def combine_segments(segments, cls_id, sep_id):
+def combine_segments(segments, cls_id, sep_id, pair_layout="bert"):
     """`[CLS] A [SEP] (B [SEP])` in each row, with each token's segment id (0
-    up to the first [SEP], then 1), as `tf_text.combine_segments` gives them.
+    up to the first [SEP], then 1), as `tf_text.combine_segments` gives them;
+    `pair_layout="roberta"`: `<s> A </s> (</s> B </s>)`, all in segment 0.
 
     Every token is written straight to its place in the flat values: the
     ragged concatenation that tensorflow-text uses traces slowly and adds
@@ -83,6 +88,9 @@ def combine_segments(segments, cls_id, sep_id):
     # The pieces of every row, in order, with their segment ids: [CLS], A, [SEP], B, [SEP].
     pieces = [(special(cls_id), 0)]
     for segment_id, segment in enumerate(segments):
+        if pair_layout == "roberta":
+            pieces += [(special(sep_id), 0)] if segment_id else []
+            segment_id = 0
         pieces += [(segment, segment_id), (special(sep_id), segment_id)]
     piece_lengths = tf.stack([piece.row_lengths() for piece, _ in pieces], axis=1)
     row_lengths = tf.reduce_sum(piece_lengths, axis=1)
@@ -189,6 +197,9 @@ class SegmentPacker(tf.Module):
         pad_to_multiple_of: if set, the padded length is rounded up to a
             multiple of it (8 suits tensor cores); `sequence_length` must then be
             a multiple of it too.
+        pair_layout: `"bert"` (`[CLS] A [SEP] B [SEP]`, B in segment 1) or
+            `"roberta"` (`<s> A </s></s> B </s>`, one segment): the
+            tokenizer's `pair_layout`.
 
     Call it on one ragged batch of ids or a tuple `(ids_a, ids_b)`; it returns
     a dict of int32 tensors [batch, length]: `token_ids`, `segment_ids` (0 for
@@ -211,8 +222,11 @@ class SegmentPacker(tf.Module):
         truncation="longest_first",
         pad_to="sequence_length",
         pad_to_multiple_of=None,
+        pair_layout="bert",
     ):
         super().__init__(name="segment_packer")
+        if pair_layout not in PAIR_LAYOUTS:
+            raise ValueError(f'Unknown pair_layout "{pair_layout}". Use one of: {", ".join(PAIR_LAYOUTS)}.')
         if truncation not in TRUNCATIONS:
             raise ValueError(f'Unknown truncation "{truncation}". Use one of: {", ".join(TRUNCATIONS)}.')
         if pad_to not in PAD_TO:
@@ -237,6 +251,7 @@ class SegmentPacker(tf.Module):
         self.truncation = truncation
         self.pad_to = pad_to
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.pair_layout = pair_layout
 
     def get_config(self):
         return {
@@ -247,6 +262,7 @@ class SegmentPacker(tf.Module):
             "truncation": self.truncation,
             "pad_to": self.pad_to,
             "pad_to_multiple_of": self.pad_to_multiple_of,
+            "pair_layout": self.pair_layout,
         }
 
     @classmethod
@@ -256,17 +272,17 @@ class SegmentPacker(tf.Module):
     def __call__(self, segments):
         segments = list(segments) if isinstance(segments, tuple) else [segments]
         _check_truncation(self.truncation, len(segments))
-        if len(segments) == 2 and self.sequence_length < 5:
+        specials = 1 + len(segments) + (len(segments) == 2 and self.pair_layout == "roberta")
+        if len(segments) == 2 and self.sequence_length < specials + 2:
             raise ValueError(
-                f"sequence_length={self.sequence_length} is too short for pairs: [CLS] and two "
-                "[SEP] take 3 tokens, so it must be at least 5 to keep a token of each segment."
+                f"sequence_length={self.sequence_length} is too short for pairs: the special tokens take "
+                f"{specials}, so it must be at least {specials + 2} to keep a token of each segment."
             )
         segments, unbatched = zip(*[_as_ragged_batch(s) for s in segments])
         segments, unbatched = list(segments), unbatched[0]
-        # BERT §3: one [CLS] in front, one [SEP] after each segment.
-        room = self.sequence_length - 1 - len(segments)
-        segments = truncate_segments(segments, room, self.truncation)
-        token_ids, segment_ids = combine_segments(segments, self.cls_id, self.sep_id)
+        # BERT §3: one [CLS] in front, one [SEP] after each segment (RoBERTa: two between).
+        segments = truncate_segments(segments, self.sequence_length - specials, self.truncation)
+        token_ids, segment_ids = combine_segments(segments, self.cls_id, self.sep_id, self.pair_layout)
         shape = [None, self._padded_length(token_ids)]
         if tf.is_tensor(shape[1]):  # in a graph a shape with a tensor must be one
             shape = tf.stack([token_ids.nrows(), shape[1]])

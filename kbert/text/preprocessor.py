@@ -80,6 +80,7 @@ class BertPreprocessor(keras.layers.Layer):
             truncation=truncation,
             pad_to=pad_to,
             pad_to_multiple_of=pad_to_multiple_of,
+            pair_layout=tokenizer.pair_layout,
         )
 
     @classmethod
@@ -130,15 +131,20 @@ class BertPreprocessor(keras.layers.Layer):
 
     def get_config(self):
         config = self.packer.get_config()
-        for key in ("cls_id", "sep_id", "pad_id"):
+        for key in ("cls_id", "sep_id", "pad_id", "pair_layout"):  # the tokenizer's
             del config[key]
-        return {"name": self.name, "tokenizer": self.tokenizer.get_config(), **config}
+        tokenizer = self.tokenizer.get_config()
+        if not isinstance(self.tokenizer, BertTokenizer):  # BERT's is read without a class name
+            tokenizer = {"class_name": type(self.tokenizer).__name__, "config": tokenizer}
+        return {"name": self.name, "tokenizer": tokenizer, **config}
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         tokenizer = config.pop("tokenizer")
-        if isinstance(tokenizer, dict):
+        if isinstance(tokenizer, dict) and "class_name" in tokenizer:
+            tokenizer = tokenizer_class(tokenizer["class_name"]).from_config(tokenizer["config"])
+        elif isinstance(tokenizer, dict):
             tokenizer = BertTokenizer.from_config(tokenizer)
         return cls(tokenizer, **config)
 
@@ -308,6 +314,14 @@ def serving_text(name="text"):
 def _all_text(spec):
     specs = spec if isinstance(spec, tuple) else (spec,)
     return all(isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in specs)
+
+
+def tokenizer_class(name):
+    """A kbert tokenizer class by name, as a saved config names it."""
+    tokenizers = {klass.__name__: klass for klass in (BertTokenizer,)}
+    if name not in tokenizers:
+        raise ValueError(f"Unknown tokenizer class {name!r}; kbert's are {', '.join(tokenizers)}.")
+    return tokenizers[name]
 
 
 def _packing_config(config):

@@ -199,6 +199,9 @@ class BertTokenizer(tf.Module):
     'the quick fox'
     """
 
+    # How the preprocessor packs a pair (`kbert.text.packing`).
+    pair_layout = "bert"
+
     def __init__(
         self,
         vocabulary,
@@ -336,6 +339,11 @@ class BertTokenizer(tf.Module):
                 "Tokenize text with tokenizer(text) to get ids of any text."
             )
         return self._vocabulary.ids[token]
+
+    @property
+    def continuation_token_ids(self):
+        """The ids of the pieces that continue a word (`##` pieces)."""
+        return [i for i, token in enumerate(self._vocabulary.tokens) if token.startswith(SUFFIX_INDICATOR)]
 
     @property
     def pad_id(self):
