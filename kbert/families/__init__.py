@@ -23,9 +23,9 @@ tasks, preprocessors, serving, `export_to_transformers`, the CLI and presets
 ask this registry.
 """
 
-from kbert.families import bert, roberta
+from kbert.families import bert, distilbert, electra, roberta
 
-_MODULES = (bert, roberta)
+_MODULES = (bert, roberta, distilbert, electra)
 _BY_MODEL_TYPE = {model_type: module for module in _MODULES for model_type in module.MODEL_TYPES}
 MODEL_TYPES = tuple(_BY_MODEL_TYPE)
 
@@ -51,7 +51,7 @@ def of_hf_config(hf_config, source="config.json"):
 def backbone_config(hf_config, source="config.json"):
     """kbert `BertBackbone` arguments from a `config.json` dict, by its family."""
     config = of_hf_config(hf_config, source).backbone_config(hf_config, source)
-    return {"family": hf_config.get("model_type", "bert"), **config}
+    return {**config, "family": hf_config.get("model_type", "bert")}
 
 
 def hf_config(backbone_config):

@@ -67,14 +67,17 @@ class MaskedLMHead(keras.layers.Layer):
 
     def build(self, inputs_shape, mask_positions_shape=None):
         hidden_dim = inputs_shape[-1]
+        # The transform maps to the width of the tied embeddings (ELECTRA's
+        # are narrower than its hidden states).
+        width = self.token_embedding.output_dim if self.token_embedding is not None else hidden_dim
         self.transform = keras.layers.Dense(
-            hidden_dim, kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="transform"
+            width, kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="transform"
         )
         self.transform.build((None, None, hidden_dim))
         self.layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
-        self.layer_norm.build((None, None, hidden_dim))
+        self.layer_norm.build((None, None, width))
         if self.token_embedding is None:
             self.output_embeddings = self.add_weight(
                 name="output_embeddings",

@@ -2,7 +2,8 @@ import keras
 
 from kbert import families
 from kbert.layers import Dropout, LayerNorm, PositionEmbedding, TokenEmbedding, TransformerEncoder
-from kbert.presets import loading, lora, reader, to_transformers
+from kbert.models.backbone_lora import LoRA
+from kbert.presets import loading, reader, to_transformers
 from kbert.training.precision import resolve_dtype
 
 
@@ -21,7 +22,7 @@ def head_initializer():
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertBackbone(keras.Model):
+class BertBackbone(LoRA, keras.Model):
     """BERT's encoder (Devlin et al. 2019) as a functional Keras model.
 
     WordPiece token, learned position and segment embeddings are summed and
@@ -37,11 +38,14 @@ class BertBackbone(keras.Model):
         intermediate_dim: width of the feed-forward layers.
         dropout: dropout rate everywhere (embeddings, attention, residuals).
         max_sequence_length: the longest input (size of the position table).
-        num_segments: number of segment (token type) ids.
+        num_segments: number of segment (token type) ids; 0 for none
+            (DistilBERT: the `segment_ids` input is then read by nothing).
         activation: `"gelu"` (exact erf GELU, BERT's) or `"gelu_approximate"`.
         layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
         position_offset: rows of the position table before the first
             position's (RoBERTa: 2, after its padding index).
+        embedding_dim: width of the embeddings where it is not `hidden_dim`
+            (ELECTRA): they are projected to `hidden_dim` by a dense layer.
         family: the checkpoint family (`kbert.families`: `"bert"`,
             `"roberta"`, `"xlm-roberta"`, ...): its weight names and heads.
         packing: whether rows hold several sequences packed together
@@ -91,6 +95,7 @@ class BertBackbone(keras.Model):
         activation="gelu",
         layer_norm_epsilon=1e-12,
         position_offset=0,
+        embedding_dim=None,
         family="bert",
         packing=False,
         dtype=None,
@@ -102,15 +107,19 @@ class BertBackbone(keras.Model):
                 'dtype="auto" is resolved before a model is built, so that a saved model holds the policy it ran '
                 'with: use from_preset(..., dtype="auto"), or dtype=kbert.training.precision.resolve_dtype("auto").'
             )
+        width = embedding_dim or hidden_dim
         # Casts the batch's rows to bfloat16, not the whole vocabulary table.
         token_embedding = TokenEmbedding(
-            vocabulary_size, hidden_dim, embeddings_initializer=bert_initializer(),
+            vocabulary_size, width, embeddings_initializer=bert_initializer(),
             dtype=dtype, name="token_embedding",
         )
         segment_embedding = keras.layers.Embedding(
-            num_segments, hidden_dim, embeddings_initializer=bert_initializer(),
+            num_segments, width, embeddings_initializer=bert_initializer(),
             dtype=dtype, name="segment_embedding",
-        )
+        ) if num_segments else None
+        embeddings_projection = keras.layers.Dense(
+            hidden_dim, kernel_initializer=bert_initializer(), dtype=dtype, name="embeddings_projection",
+        ) if width != hidden_dim else None
         position_embedding = PositionEmbedding(
             max_sequence_length, initializer=bert_initializer(), offset=position_offset, dtype=dtype,
             name="position_embedding",
@@ -156,8 +165,12 @@ class BertBackbone(keras.Model):
         # QA's softmax) would otherwise move that row on every step.
         tokens = keras.ops.where(keras.ops.expand_dims(padding_mask, -1) > 0, tokens,
                                  keras.ops.stop_gradient(tokens))
-        x = tokens + segment_embedding(segment_ids) + position_embedding(tokens, **packed)
+        x = tokens + position_embedding(tokens, **packed)
+        if segment_embedding is not None:
+            x = x + segment_embedding(segment_ids)
         x = embeddings_dropout(embeddings_layer_norm(x))
+        if embeddings_projection is not None:
+            x = embeddings_projection(x)
         hidden_states = [x]
         for layer in transformer_layers:
             x = layer(x, padding_mask=padding_mask, **packed)
@@ -186,88 +199,19 @@ class BertBackbone(keras.Model):
         self.num_segments = num_segments
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
-        self.position_offset, self.family = position_offset, family
+        self.position_offset, self.embedding_dim, self.family = position_offset, embedding_dim, family
         self.packing = bool(packing)
 
         # === Layers, by what they are (the checkpoint import maps onto these) ===
         self.token_embedding = token_embedding
         self.segment_embedding = segment_embedding
+        self.embeddings_projection = embeddings_projection
         self.position_embedding = position_embedding
         self.embeddings_layer_norm = embeddings_layer_norm
         self.transformer_layers = transformer_layers
         self.pooled_dense = pooled_dense
         self._hidden_states = hidden_states
         self.lora_rank, self.lora_layer_names = None, ()
-
-    def enable_lora(self, rank, target_layer_names=("query", "value")):
-        """LoRA (Hu et al. 2021), as KerasHub's `Backbone.enable_lora`: each
-        dense layer named in `target_layer_names` (the attention's `query`
-        and `value` by default; also `key`, `attention_output`,
-        `intermediate`, `output`) learns a rank-`rank` update `A @ B` of its
-        frozen kernel, and every other weight of the backbone is frozen, so
-        that only the adapters (and a task's head) train. The layers apply
-        the kernel with the update merged, so `predict`, `export`,
-        `save_to_preset`, `export_to_transformers` and `.keras` files give
-        the merged model (as KerasHub's, a reloaded model has LoRA off:
-        enable it again to train new adapters on the merged kernels).
-        `save_lora_weights` / `load_lora_weights` keep the adapters alone,
-        to load on the base weights they were trained on.
-
-        Example:
-        >>> model = kbert.BertClassifier.from_preset("base", num_classes=2)
-        >>> model.backbone.enable_lora(4)
-        >>> model.fit(texts, labels)
-        >>> model.backbone.save_lora_weights("sentiment.lora.safetensors")
-        """
-        if self.lora_rank is not None:
-            raise ValueError(f"LoRA is enabled already (rank {self.lora_rank}); enable it once per backbone.")
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"rank={rank!r}: the rank of the LoRA update, a positive int such as 4 or 8.")
-        names = tuple(target_layer_names)
-        known = {layer.name for block in self.transformer_layers for layer in block.dense_layers()}
-        if not names or set(names) - known:
-            raise ValueError(f"target_layer_names={list(names)}: name the encoder's dense layers to adapt, among "
-                             f"{sorted(known)}.")
-        for block in self.transformer_layers:
-            for layer in block.dense_layers():
-                if layer.name in names:
-                    layer.enable_lora(rank)
-        for variable in self.weights:
-            if "lora_kernel" not in variable.path:
-                variable.trainable = False
-        self.lora_rank, self.lora_layer_names = rank, names
-
-    def lora_weights(self):
-        """The LoRA adapters by path (`enable_lora`), e.g.
-        `transformer_layer_0/query/lora_kernel_a`."""
-        return {v.path: v for v in self.weights if "lora_kernel" in v.path}
-
-    def save_lora_weights(self, path):
-        """Writes the LoRA adapters alone (a few hundred kB, not the model)
-        to a safetensors file."""
-        if self.lora_rank is None:
-            raise ValueError("This backbone has no LoRA adapters to save: call enable_lora(rank) and train first.")
-        lora.write_adapters(path, {k: keras.ops.convert_to_numpy(v) for k, v in self.lora_weights().items()},
-                            self.lora_rank, self.lora_layer_names)
-
-    def load_lora_weights(self, path):
-        """Reads adapters written by `save_lora_weights` into this backbone
-        (enabling LoRA with their rank and layers if it is off)."""
-        rank, names, tensors = lora.read_adapters(path)
-        if self.lora_rank is None:
-            self.enable_lora(rank, names)
-        if (self.lora_rank, self.lora_layer_names) != (rank, names):
-            raise ValueError(f"{path} holds rank-{rank} adapters of {list(names)}; this backbone has rank "
-                             f"{self.lora_rank} on {list(self.lora_layer_names)}.")
-        variables = self.lora_weights()
-        if set(tensors) != set(variables):
-            raise ValueError(f"{path} holds adapters for {len(tensors)} weights, this backbone {len(variables)}: "
-                             f"missing {sorted(set(variables) - set(tensors))[:3]}, unexpected "
-                             f"{sorted(set(tensors) - set(variables))[:3]}.")
-        for name, variable in variables.items():
-            if tuple(tensors[name].shape) != tuple(variable.shape):
-                raise ValueError(f"{path}: {name} has shape {tensors[name].shape}, this backbone {variable.shape}.")
-            variable.assign(tensors[name])
 
     def with_hidden_states(self):
         """A model sharing these weights that also outputs `hidden_states`.
@@ -348,6 +292,7 @@ class BertBackbone(keras.Model):
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "position_offset": self.position_offset,
+            "embedding_dim": self.embedding_dim,
             "family": self.family,
             "packing": self.packing,
             "dtype": keras.dtype_policies.serialize(self.token_embedding.dtype_policy),

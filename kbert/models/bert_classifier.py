@@ -230,6 +230,12 @@ class BertClassifier(Task):
         return config
 
 
+    @property
+    def reads_pooler(self):
+        # RoBERTa's, DistilBERT's and ELECTRA's heads have a dense layer of their own.
+        backbone = getattr(self, "backbone", None)
+        return backbone is None or families.get(backbone.family).CLASSIFIER_HEAD is None
+
     @classmethod
     def _hf_output_name(cls, family):
         return families.get(family).CLASSIFIER_OUTPUT

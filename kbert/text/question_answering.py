@@ -2,7 +2,7 @@
 that `BertQuestionAnswerer.fit`, `predict`, `answer` and the served model run.
 
 1. each context's WordPieces with their byte spans in the ORIGINAL context
-   (`kbert.text.offsets.tokenize_with_byte_spans`);
+   (the tokenizer's `tokenize_with_byte_spans`);
 2. windows of `sequence_length` tokens, `stride` apart, each packed as
    `[CLS] question [SEP] window [SEP]` (`windows`), and for training, each
    window's answer positions (`answer_positions`);
@@ -14,7 +14,7 @@ Offsets are bytes of the UTF-8 context inside; answers give characters.
 """
 
 
-from kbert.text.offsets import char_offsets, cut_after_words, tokenize_with_byte_spans
+from kbert.text.offsets import char_offsets, cut_after_words
 from kbert.text.ragged import position_in_row, ranges, repeat, row_ids
 from kbert.tf_if_present import tf
 
@@ -42,7 +42,7 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
     """
     question_ids = preprocessor.tokenizer(cut_after_words(questions, max_question_length))
     question_ids = question_ids[:, :max_question_length]
-    context_ids, context_starts, context_ends = tokenize_with_byte_spans(preprocessor.tokenizer, contexts)
+    context_ids, context_starts, context_ends = preprocessor.tokenizer.tokenize_with_byte_spans(contexts)
     num_tokens = context_ids.row_lengths()
     offset = question_ids.row_lengths() + 2  # [CLS] question [SEP]
     window_length = preprocessor.sequence_length - offset - 1

@@ -17,6 +17,7 @@ import weakref
 
 from kbert.presets import tokenizer_files
 from kbert.presets.files import get_preset_dir
+from kbert.text import offsets
 from kbert.text._tf_text import tf_text
 from kbert.text.pre_tokenization import any_of_pattern, normalize, pre_tokenize
 from kbert.text.ragged import merge_rows, repeat
@@ -298,6 +299,11 @@ class BertTokenizer(tf.Module):
         for size in reversed(texts.shape[1:]):
             ids = tf.RaggedTensor.from_uniform_row_length(ids, size)
         return ids
+
+    def tokenize_with_byte_spans(self, texts):
+        """The ids of each text of a 1-D string tensor, with each piece's
+        byte span in the text (`kbert.text.offsets.tokenize_with_byte_spans`)."""
+        return offsets.tokenize_with_byte_spans(self, texts)
 
     def detokenize(self, ids):
         """Turns ids back into text: tokens joined by spaces, `##` pieces merged.

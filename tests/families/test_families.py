@@ -1,7 +1,7 @@
-"""RoBERTa and XLM-RoBERTa against transformers on the same weights: the
-backbone and every task head, from tiny random checkpoints saved by
-transformers' own classes (weights nudged off their initialisation), and
-back out with `export_to_transformers`."""
+"""The families past BERT (RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA)
+against transformers on the same weights: the backbone and every task head,
+from tiny random checkpoints saved by transformers' own classes (weights
+nudged off their initialisation), and back out with `export_to_transformers`."""
 
 import numpy as np
 import pytest
@@ -20,19 +20,25 @@ TASKS = {
     "question_answerer": (kbert.BertQuestionAnswerer, {}, "ForQuestionAnswering"),
     "masked_lm": (kbert.BertMaskedLM, {}, "ForMaskedLM"),
 }
-CONFIGS = {"roberta": transformers.RobertaConfig, "xlm-roberta": transformers.XLMRobertaConfig}
+SIZES = dict(vocab_size=VOCABULARY, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+             intermediate_size=24, max_position_embeddings=34)
+CONFIGS = {
+    "roberta": (transformers.RobertaConfig, SIZES),
+    "xlm-roberta": (transformers.XLMRobertaConfig, SIZES),
+    "distilbert": (transformers.DistilBertConfig, dict(vocab_size=VOCABULARY, dim=16, n_layers=2, n_heads=2,
+                                                       hidden_dim=24, max_position_embeddings=34)),
+    # A narrower embedding than the hidden size, as ELECTRA-small's.
+    "electra": (transformers.ElectraConfig, dict(SIZES, embedding_size=8)),
+}
 
 
 def save_checkpoint(folder, family, suffix, **config):
     """A tiny random transformers model of `family`, weights nudged (so that
     zero biases and unit LayerNorm scales test nothing), saved to `folder`."""
-    hf_config = CONFIGS[family](
-        vocab_size=VOCABULARY, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-        max_position_embeddings=34, num_labels=2 if suffix == "ForQuestionAnswering" else 3, **config,
-    )
+    config_class, sizes = CONFIGS[family]
+    hf_config = config_class(**sizes, num_labels=2 if suffix == "ForQuestionAnswering" else 3, **config)
     torch.manual_seed(0)
-    model = getattr(transformers, transformers.AutoConfig.for_model(family).__class__.__name__.replace(
-        "Config", suffix))(hf_config).eval()
+    model = getattr(transformers, config_class.__name__.replace("Config", suffix))(hf_config).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
