@@ -8,6 +8,7 @@ its weights, names and checkpoints; only how it is applied changes.
 """
 
 import contextlib
+import contextvars
 
 import keras
 from keras import ops
@@ -16,24 +17,26 @@ from kbert import backend
 from kbert.layers.gelu import gelu
 
 # {layer: (kernel, bias)} already in the layer's compute dtype, read instead
-# of the layer's variables inside `weights_cast_once`.
-_CAST = {}
+# of the layer's variables inside `weights_cast_once`: a context variable, so
+# that it holds in the thread (and context) that exports alone, never in a
+# model another thread traces meanwhile, and no layer or module is changed.
+_CAST = contextvars.ContextVar("kbert_weights_cast_once", default={})
 
 
 @contextlib.contextmanager
 def weights_cast_once(weights):
-    """Within it, `fused_dense(layer, ...)` applies `weights[layer]`, a
-    `(kernel, bias)` pair already in the layer's compute dtype, instead of
-    casting the layer's variables on every call: for a served model, whose
-    weights no longer change (`kbert.serving.saved_model.write_saved_model`), a mixed-precision
+    """Within it, in this thread, `fused_dense(layer, ...)` applies
+    `weights[layer]`, a `(kernel, bias)` pair already in the layer's compute
+    dtype, instead of casting the layer's variables on every call: for a
+    served model, whose weights no longer change
+    (`kbert.serving.saved_model.write_saved_model`), a mixed-precision
     BERT-base then skips casting its 85M float32 weights to bfloat16 on
     every request. Only functions traced within it read them."""
-    _CAST.update(weights)
+    token = _CAST.set({**_CAST.get(), **weights})
     try:
         yield
     finally:
-        for key in weights:
-            _CAST.pop(key, None)
+        _CAST.reset(token)
 
 
 def fused_dense(layer, x, activation=None, compute_dtype=None, training=False):
@@ -50,6 +53,6 @@ def fused_dense(layer, x, activation=None, compute_dtype=None, training=False):
         y = layer(x)
         return gelu(y, activation) if activation is not None else y
     compute_dtype = compute_dtype or layer.compute_dtype
-    kernel, bias = _CAST.get(layer, (layer.kernel, layer.bias))
+    kernel, bias = _CAST.get().get(layer, (layer.kernel, layer.bias))
     kernel, bias = ops.cast(kernel, compute_dtype), ops.cast(bias, compute_dtype)
     return backend.dense(ops.cast(x, compute_dtype), kernel, bias, activation, training=bool(training))

@@ -1,8 +1,10 @@
+import threading
+
 import keras
 import numpy as np
 import pytest
 
-from kbert.layers.fused_dense import fused_dense
+from kbert.layers.fused_dense import fused_dense, weights_cast_once
 from kbert.layers.gelu import gelu
 from tests.helpers import to_numpy
 
@@ -54,3 +56,20 @@ def test_any_leading_shape_and_unknown_dimensions_in_a_tensorflow_graph():
         spec = [tf.TensorSpec([None, None, 16])]
         apply = tf.function(lambda x: fused_dense(layer, x, "gelu"), input_signature=spec)
         np.testing.assert_allclose(apply(x[0]).numpy(), to_numpy(gelu(layer(x[0]), "gelu")), atol=1e-5)
+
+
+def test_weights_cast_once_hold_in_the_exporting_thread_alone():
+    # An export's stored weights replace the layer's in the thread that
+    # exports; a model applied in another thread meanwhile reads its own.
+    layer = built_dense()
+    x = np.random.default_rng(2).normal(size=(2, 3, 16)).astype("float32")
+    own = to_numpy(fused_dense(layer, x))
+    zeros = (keras.ops.zeros(layer.kernel.shape), keras.ops.zeros(layer.bias.shape))
+    elsewhere = []
+    with weights_cast_once({layer: zeros}):
+        assert not to_numpy(fused_dense(layer, x)).any()
+        thread = threading.Thread(target=lambda: elsewhere.append(to_numpy(fused_dense(layer, x))))
+        thread.start()
+        thread.join()
+    np.testing.assert_allclose(elsewhere[0], own, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(fused_dense(layer, x)), own, atol=1e-6)
