@@ -165,9 +165,9 @@ class BertBackbone(LoRA, keras.Model):
         # QA's softmax) would otherwise move that row on every step.
         tokens = keras.ops.where(keras.ops.expand_dims(padding_mask, -1) > 0, tokens,
                                  keras.ops.stop_gradient(tokens))
-        x = tokens + position_embedding(tokens, **packed)
-        if segment_embedding is not None:
-            x = x + segment_embedding(segment_ids)
+        # (In this order, which orders the optimizer's variables in saved models.)
+        x = tokens + segment_embedding(segment_ids) if segment_embedding is not None else tokens
+        x = x + position_embedding(tokens, **packed)
         x = embeddings_dropout(embeddings_layer_norm(x))
         if embeddings_projection is not None:
             x = embeddings_projection(x)
