@@ -20,7 +20,7 @@ from kbert.presets.files import get_preset_dir
 from kbert.text import sentencepiece_model
 from kbert.text._tf_text import regex_split_with_offsets, tf_text
 from kbert.text.pre_tokenization import any_of_pattern
-from kbert.text.ragged import merge_rows, repeat, row_ids
+from kbert.text.ragged import merge_rows, position_in_row, repeat, row_ids
 from kbert.tf_if_present import tf
 
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "<s>", "</s>", "<mask>"
@@ -74,6 +74,14 @@ class _Tokenization:
         self.kept_whitespace = [(f"[{''.join(c for c in kept if len(c.encode()) == n)}]", " " * n) for n in (2, 3)]
         self.kept_whitespace = [(p, s) for p, s in self.kept_whitespace if p != "[]"]
         self.whitespace = f"[{WHITE_SPACE}]"
+        # Pieces that repeat one character ("...", "!!"): their codepoint and length.
+        repeats = [
+            (ord(piece[0]), len(piece)) if kind == sentencepiece_model.NORMAL and len(set(piece)) == 1
+            and piece[0] != WORD_START else (-1, 0)
+            for (piece, _), kind in zip(pieces, types)
+        ]
+        self.repeated_char = tf.constant([c for c, _ in repeats], tf.int32)
+        self.repeat_length = tf.constant([n for _, n in repeats], tf.int32)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, texts):
@@ -101,9 +109,29 @@ class _Tokenization:
         for pattern, spaces in self.kept_whitespace:
             texts = tf.strings.regex_replace(texts, pattern, spaces)
         if not with_offsets:
-            return (self.model.tokenize(texts),)
+            return (self._order_runs(self.model.tokenize(texts))[0],)
         ids, starts, ends = self.model.tokenize_with_offsets(texts)
-        return (ids, *self._hugging_face_spans(texts, ids, starts, ends))
+        starts, ends = self._hugging_face_spans(texts, ids, starts, ends)
+        ids, order, run = self._order_runs(ids)
+        # The reordered pieces of a run share out its bytes in their new order.
+        lengths = tf.gather(ends.flat_values - starts.flat_values, order)
+        before = tf.cumsum(lengths, exclusive=True)
+        before -= tf.gather(tf.math.segment_min(before, run), run)
+        new_starts = tf.gather(tf.math.segment_min(starts.flat_values, run), run) + before
+        return ids, starts.with_flat_values(new_starts), ends.with_flat_values(new_starts + lengths)
+
+    def _order_runs(self, ids):
+        """Puts the pieces of a run of one repeated character ("......" as
+        "...", "...") shortest first, as `tokenizers` does: the segmentations
+        tie, and SentencePiece's C++ breaks the tie the other way."""
+        flat = ids.flat_values
+        char = tf.gather(self.repeated_char, flat)
+        same_run = tf.concat([[False], (char[1:] == char[:-1]) & (char[1:] >= 0)], 0)
+        same_run &= tf.not_equal(position_in_row(ids), 0)
+        run = tf.cumsum(tf.cast(~same_run, tf.int64)) - 1
+        length = tf.cast(tf.gather(self.repeat_length, flat), tf.int64)
+        order = tf.argsort(run * 2**20 + length, stable=True)
+        return ids.with_flat_values(tf.gather(flat, order)), order, run
 
     def _hugging_face_spans(self, texts, ids, starts, ends):
         """SentencePiece's byte spans, moved to `tokenizers`' offsets: a word's
@@ -226,7 +254,7 @@ class SentencePieceTokenizer(tf.Module):
             **kwargs: override the settings read from the files.
         """
         folder = os.fspath(preset)
-        if not sentencepiece_model.has_model_files(folder):
+        if not os.path.isdir(folder):
             folder = get_preset_dir(preset)
         settings = sentencepiece_model.read_model(folder)
         settings.pop("add_prefix_space")
