@@ -123,8 +123,14 @@ def fairseq_pieces(sp_pieces):
     return [(token, 0.0) for token in FAIRSEQ_SPECIALS] + list(sp_pieces[3:]) + [(MASK, 0.0)]
 
 
-def has_model_files(folder):
-    return any(os.path.isfile(os.path.join(folder, name)) for name in (TOKENIZER_JSON, SENTENCEPIECE_FILE))
+def camembert_pieces(sp_pieces):
+    """CamemBERT's vocabulary of its SentencePiece model: four fairseq
+    specials of its own, then every piece at its SentencePiece id + 4 (the
+    model's `<unk>` unused), `<mask>` last."""
+    unused = [("<unk>NOTUSED", -100.0)]
+    return [("<s>NOTUSED", 0.0), ("<pad>", 0.0), ("</s>NOTUSED", 0.0), ("<unk>", 0.0)] + unused + list(
+        sp_pieces[1:]
+    ) + [(MASK, 0.0)]
 
 
 def read_model(folder):
@@ -145,10 +151,16 @@ def read_model(folder):
         )
     with open(sp_path, "rb") as f:
         sp_pieces, _, charsmap, add_dummy_prefix = read_model_proto(f.read())
+    tokenizer_class = ""
+    config_path = os.path.join(folder, "tokenizer_config.json")
+    if os.path.isfile(config_path):
+        with open(config_path, encoding="utf-8") as f:
+            tokenizer_class = json.load(f).get("tokenizer_class") or ""
+    is_camembert = tokenizer_class.startswith("Camembert")
     return {
-        "pieces": fairseq_pieces(sp_pieces),
+        "pieces": camembert_pieces(sp_pieces) if is_camembert else fairseq_pieces(sp_pieces),
         "unk_id": FAIRSEQ_SPECIALS.index("<unk>"),
-        "special_tokens": [*FAIRSEQ_SPECIALS, MASK],
+        "special_tokens": ["<pad>", "<unk>", "<s>", "</s>", MASK] if is_camembert else [*FAIRSEQ_SPECIALS, MASK],
         "precompiled_charsmap": base64.b64encode(charsmap).decode("ascii"),
         "add_prefix_space": add_dummy_prefix,
     }

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import time
 import unicodedata
 
@@ -109,6 +110,20 @@ def test_ids_match_hugging_face_on_hard_and_edge_texts(folder):
     texts = HARD_TEXTS + EDGE_TEXTS
     ours = SentencePieceTokenizer.from_preset(folder)(texts).to_list()
     assert differing(ours, hf_ids(AutoTokenizer.from_pretrained(folder), texts), texts) == []
+
+
+def test_camemberts_layout_of_ids_matches_hugging_face(hub_folder, tmp_path, corpus):
+    shutil.copy(hub_folder / SENTENCEPIECE_FILE, tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "CamembertTokenizer"}))
+    texts = corpus[::20] + EDGE_TEXTS
+    hf = AutoTokenizer.from_pretrained(tmp_path)
+    tokenizer = SentencePieceTokenizer.from_preset(tmp_path)
+    assert tokenizer.vocabulary[:5] == ["<s>NOTUSED", "<pad>", "</s>NOTUSED", "<unk>", "<unk>NOTUSED"]
+    assert (tokenizer.cls_id, tokenizer.mask_id) == (hf.cls_token_id, hf.mask_token_id)
+    assert differing(tokenizer(texts).to_list(), hf_ids(hf, texts), texts) == []
+    hf.save_pretrained(tmp_path / "transformers5")
+    from_json = SentencePieceTokenizer.from_preset(tmp_path / "transformers5")
+    assert differing(from_json(texts).to_list(), hf_ids(hf, texts), texts) == []
 
 
 def test_chinese_has_unknowns_fused_as_hugging_face_does(tokenizer):
