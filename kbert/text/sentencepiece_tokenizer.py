@@ -26,7 +26,9 @@ from kbert.tf_if_present import tf
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "<s>", "</s>", "<mask>"
 WORD_START = "\u2581"
 # Unicode's White_Space characters, where `tokenizers`' WhitespaceSplit splits.
-WHITE_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+WHITE_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 class _Vocabulary:
@@ -70,9 +72,9 @@ class _Tokenization:
         self.special_pattern = any_of_pattern(special_tokens) if special_tokens else None
         # Whitespace the normalizer leaves as it is becomes as many spaces as
         # it has bytes (so byte offsets hold), which the model splits at.
-        kept = [c for c in WHITE_SPACE[6:] if sentencepiece_model.charsmap_lookup(charsmap, c) is None]
-        self.kept_whitespace = [(f"[{''.join(c for c in kept if len(c.encode()) == n)}]", " " * n) for n in (2, 3)]
-        self.kept_whitespace = [(p, s) for p, s in self.kept_whitespace if p != "[]"]
+        kept = [c for c in WHITE_SPACE if c != " " and sentencepiece_model.charsmap_lookup(charsmap, c) is None]
+        by_length = [(n, "".join(c for c in kept if len(c.encode()) == n)) for n in (1, 2, 3)]
+        self.kept_whitespace = [(f"[{chars}]", " " * n) for n, chars in by_length if chars]
         self.whitespace = f"[{WHITE_SPACE}]"
         # Pieces that repeat one character ("...", "!!"): their codepoint and length.
         repeats = [
@@ -147,7 +149,8 @@ class _Tokenization:
         lone = tf.equal(flat_starts, flat_ends)
         flat_starts = tf.where(lone, next_starts, flat_starts)
         # The byte length of the character there (UTF-8 has at most four).
-        four_bytes = tf.strings.substr(text_of_piece, flat_starts, tf.fill(tf.shape(flat_starts), tf.constant(4, tf.int64)))
+        four = tf.fill(tf.shape(flat_starts), tf.constant(4, tf.int64))
+        four_bytes = tf.strings.substr(text_of_piece, flat_starts, four)
         first_char = tf.strings.substr(four_bytes, 0, 1, unit="UTF8_CHAR")
         char_bytes = tf.strings.length(first_char)
         flat_ends = tf.where(lone, flat_starts + tf.cast(char_bytes, flat_starts.dtype), flat_ends)
@@ -158,10 +161,9 @@ class _Tokenization:
         id), tokenizes the text between them, and joins the pieces again."""
         sections, section_starts, _ = regex_split_with_offsets(texts, self.special_pattern, self.special_pattern)
         flat = sections.flat_values
-        is_special = tf.reduce_any(tf.equal(flat[:, None], self.special_tokens[None, :]), axis=1)
-        special_id = tf.gather(
-            self.special_ids, tf.argmax(tf.cast(tf.equal(flat[:, None], self.special_tokens[None, :]), tf.int32), 1)
-        )
+        is_token = tf.equal(flat[:, None], self.special_tokens[None, :])  # [sections, special tokens]
+        is_special = tf.reduce_any(is_token, axis=1)
+        special_id = tf.gather(self.special_ids, tf.argmax(tf.cast(is_token, tf.int32), 1))
 
         def special(rows):
             one = tf.ones_like(rows)
@@ -345,7 +347,8 @@ class SentencePieceTokenizer(tf.Module):
         """Ids of the pieces that continue a word (no leading "▁"), special
         tokens left out: for whole-word masking and word starts."""
         specials = set(self.special_tokens)
-        return [i for i, t in enumerate(self._vocabulary.tokens) if not t.startswith(WORD_START) and t not in specials]
+        tokens = self._vocabulary.tokens
+        return [i for i, t in enumerate(tokens) if not t.startswith(WORD_START) and t not in specials]
 
     def id_to_token(self, id):
         """The piece of `id`."""
