@@ -17,6 +17,7 @@ sentencepiece's `sentencepiece_model.proto`.
 """
 
 import base64
+import functools
 import json
 import os
 import struct
@@ -255,24 +256,45 @@ def write_model(folder, pieces, unk_id, special_tokens, precompiled_charsmap, mo
         json.dump(names, f, indent=2, ensure_ascii=False)
 
 
-def charsmap_lookup(precompiled_charsmap, text):
-    """What a precompiled charsmap (SentencePiece's normalization table: a
-    Darts double-array trie over UTF-8 bytes, then the replacement strings)
-    turns `text` into when it matches as a whole, else None."""
-    if not precompiled_charsmap:
-        return None
+@functools.lru_cache(maxsize=4)
+def _charsmap_trie(precompiled_charsmap):
     (trie_size,) = struct.unpack("<I", precompiled_charsmap[:4])
     trie = struct.unpack(f"<{trie_size // 4}I", precompiled_charsmap[4 : 4 + trie_size])
-    replacements = precompiled_charsmap[4 + trie_size :]
-    offset = lambda unit: (unit >> 10) << ((unit & (1 << 9)) >> 6)  # noqa: E731
-    position = offset(trie[0])
-    for byte in text.encode("utf-8"):
-        position ^= byte
-        unit = trie[position] if position < len(trie) else 0
-        if unit & ((1 << 31) | 0xFF) != byte:
-            return None
-        position ^= offset(unit)
-    if not (unit >> 8) & 1:
-        return None
-    start = trie[position] & ((1 << 31) - 1)
-    return replacements[start : replacements.index(b"\0", start)].decode("utf-8")
+    return trie, precompiled_charsmap[4 + trie_size :]
+
+
+def _offset(unit):
+    return (unit >> 10) << ((unit & (1 << 9)) >> 6)
+
+
+@functools.lru_cache(maxsize=4)
+def charsmap_of_characters(precompiled_charsmap):
+    """What a precompiled charsmap (SentencePiece's normalization table: a
+    Darts double-array trie over UTF-8 bytes, then the replacement strings)
+    turns each single character it holds into: {character: replacement}."""
+    if not precompiled_charsmap:
+        return {}
+    trie, replacements = _charsmap_trie(precompiled_charsmap)
+    table = {}
+
+    def walk(position, key):
+        # After a first byte, a character's bytes are 0x80-0xBF.
+        for byte in range(1, 256) if not key else range(0x80, 0xC0):
+            child = position ^ byte
+            unit = trie[child] if child < len(trie) else 0
+            if unit & ((1 << 31) | 0xFF) != byte:
+                continue
+            position_after, character = child ^ _offset(unit), key + bytes([byte])
+            if (unit >> 8) & 1:
+                try:
+                    text = character.decode("utf-8")
+                except UnicodeDecodeError:
+                    text = ""
+                if len(text) == 1:
+                    start = trie[position_after] & ((1 << 31) - 1)
+                    table[text] = replacements[start : replacements.index(b"\0", start)].decode("utf-8")
+            if len(character) < 4:
+                walk(position_after, character)
+
+    walk(_offset(trie[0]), b"")
+    return table

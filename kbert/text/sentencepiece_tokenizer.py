@@ -31,6 +31,11 @@ WHITE_SPACE = (
 )
 
 
+def _escape(chars):
+    """`chars` inside a regex character class: each as \\x{...}."""
+    return "".join(f"\\x{{{ord(c):x}}}" for c in chars)
+
+
 class _Vocabulary:
     """The pieces and their ids, in one object that `tf.Module` does not look
     into (see `kbert.text.tokenizer._Vocabulary`): 250,002 pieces for XLM-R."""
@@ -72,10 +77,16 @@ class _Tokenization:
         self.special_pattern = any_of_pattern(special_tokens) if special_tokens else None
         # Whitespace the normalizer leaves as it is becomes as many spaces as
         # it has bytes (so byte offsets hold), which the model splits at.
-        kept = [c for c in WHITE_SPACE if c != " " and sentencepiece_model.charsmap_lookup(charsmap, c) is None]
+        normalized = sentencepiece_model.charsmap_of_characters(charsmap)
+        kept = [c for c in WHITE_SPACE if c != " " and c not in normalized]
         by_length = [(n, "".join(c for c in kept if len(c.encode()) == n)) for n in (1, 2, 3)]
         self.kept_whitespace = [(f"[{chars}]", " " * n) for n, chars in by_length if chars]
-        self.whitespace = f"[{WHITE_SPACE}]"
+        # Hugging Face's spans leave out the characters the normalizer deletes
+        # at a piece's end, and those it deletes or turns into spaces at its start.
+        deleted = "".join(c for c, n in normalized.items() if n == "")
+        spaces = "".join(c for c, n in normalized.items() if n and not n.strip())
+        self.before_piece = f"^[{_escape(WHITE_SPACE + WORD_START + spaces + deleted)}]+"
+        self.after_piece = f"[{_escape(deleted)}]+$" if deleted else None
         # Pieces that repeat one character ("...", "!!"): their codepoint and length.
         repeats = [
             (ord(piece[0]), len(piece)) if kind == sentencepiece_model.NORMAL and len(set(piece)) == 1
@@ -142,8 +153,11 @@ class _Tokenization:
         text_of_piece = tf.gather(texts, row_ids(ids))
         flat_starts, flat_ends = starts.flat_values, ends.flat_values
         piece_text = tf.strings.substr(text_of_piece, flat_starts, flat_ends - flat_starts)
-        stripped = tf.strings.regex_replace(piece_text, f"^{self.whitespace}+", "")
+        stripped = tf.strings.regex_replace(piece_text, self.before_piece, "")
         flat_starts = flat_ends - tf.cast(tf.strings.length(stripped), flat_ends.dtype)
+        if self.after_piece:
+            stripped = tf.strings.regex_replace(stripped, self.after_piece, "")
+            flat_ends = flat_starts + tf.cast(tf.strings.length(stripped), flat_ends.dtype)
         # The next piece's start, in the same text (a lone "▁" is never last).
         next_starts = tf.concat([flat_starts[1:], flat_starts[-1:]], 0)
         lone = tf.equal(flat_starts, flat_ends)
