@@ -263,6 +263,11 @@ def _charsmap_trie(precompiled_charsmap):
     return trie, precompiled_charsmap[4 + trie_size :]
 
 
+def character_class(chars):
+    """A regex character class of `chars`, each written as \\x{...}."""
+    return "[" + "".join(f"\\x{{{ord(c):x}}}" for c in chars) + "]"
+
+
 def _offset(unit):
     return (unit >> 10) << ((unit & (1 << 9)) >> 6)
 

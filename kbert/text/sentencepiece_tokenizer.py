@@ -18,6 +18,7 @@ import weakref
 
 from kbert.presets.files import get_preset_dir
 from kbert.text import sentencepiece_model
+from kbert.text.sentencepiece_model import character_class
 from kbert.text._tf_text import regex_split_with_offsets, tf_text
 from kbert.text.pre_tokenization import any_of_pattern
 from kbert.text.ragged import merge_rows, position_in_row, repeat, row_ids
@@ -29,11 +30,6 @@ WORD_START = "\u2581"
 WHITE_SPACE = (
     "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
 )
-
-
-def _escape(chars):
-    """`chars` inside a regex character class: each as \\x{...}."""
-    return "".join(f"\\x{{{ord(c):x}}}" for c in chars)
 
 
 class _Vocabulary:
@@ -54,8 +50,7 @@ class _Tokenization:
 
     def __init__(self, pieces, unk_id, special_tokens, precompiled_charsmap):
         self.vocabulary = _Vocabulary(pieces)
-        ids = {}
-        types, once = [], []
+        ids, types, once = {}, [], []
         for i, (piece, score) in enumerate(pieces):
             kind = sentencepiece_model.NORMAL
             if i == unk_id:
@@ -85,8 +80,8 @@ class _Tokenization:
         # at a piece's end, and those it deletes or turns into spaces at its start.
         deleted = "".join(c for c, n in normalized.items() if n == "")
         spaces = "".join(c for c, n in normalized.items() if n and not n.strip())
-        self.before_piece = f"^[{_escape(WHITE_SPACE + WORD_START + spaces + deleted)}]+"
-        self.after_piece = f"[{_escape(deleted)}]+$" if deleted else None
+        self.before_piece = f"^{character_class(WHITE_SPACE + WORD_START + spaces + deleted)}+"
+        self.after_piece = f"{character_class(deleted)}+$" if deleted else None
         # Pieces that repeat one character ("...", "!!"): their codepoint and length.
         repeats = [
             (ord(piece[0]), len(piece)) if kind == sentencepiece_model.NORMAL and len(set(piece)) == 1
@@ -165,8 +160,7 @@ class _Tokenization:
         # The byte length of the character there (UTF-8 has at most four).
         four = tf.fill(tf.shape(flat_starts), tf.constant(4, tf.int64))
         four_bytes = tf.strings.substr(text_of_piece, flat_starts, four)
-        first_char = tf.strings.substr(four_bytes, 0, 1, unit="UTF8_CHAR")
-        char_bytes = tf.strings.length(first_char)
+        char_bytes = tf.strings.length(tf.strings.substr(four_bytes, 0, 1, unit="UTF8_CHAR"))
         flat_ends = tf.where(lone, flat_starts + tf.cast(char_bytes, flat_starts.dtype), flat_ends)
         return starts.with_flat_values(flat_starts), ends.with_flat_values(flat_ends)
 
