@@ -32,6 +32,8 @@ UNIGRAM = 1
 
 
 def _varint(value):
+    if value < 0x80:
+        return bytes((value,))
     out = bytearray()
     while True:
         byte, value = value & 0x7F, value >> 7
@@ -81,14 +83,19 @@ def _read_varint(data, position):
             return value, position
 
 
+def _piece(piece_and_score, kind):
+    """One `ModelProto.pieces` field: {piece=1, score=2, type=3}, written
+    directly (an XLM-R model has 250,000 of them)."""
+    piece = piece_and_score[0].encode("utf-8")
+    body = b"\x0a" + _varint(len(piece)) + piece + b"\x15" + struct.pack("<f", piece_and_score[1]) + bytes((0x18, kind))
+    return b"\x0a" + _varint(len(body)) + body
+
+
 def model_proto(pieces, types, precompiled_charsmap, add_dummy_prefix=True):
     """A serialized unigram `ModelProto`: `pieces` [(piece, score)] with their
     `types` (NORMAL, UNKNOWN or CONTROL), normalized by `precompiled_charsmap`,
     runs of spaces removed as SentencePiece does by default."""
-    proto = b"".join(
-        _field(1, _field(1, piece) + _field(2, float(score)) + _field(3, kind))
-        for (piece, score), kind in zip(pieces, types)
-    )
+    proto = b"".join(map(_piece, pieces, types))
     proto += _field(2, _field(3, UNIGRAM) + _field(4, len(pieces)))
     normalizer = _field(1, "nmt_nfkc" if precompiled_charsmap else "identity")
     normalizer += _field(2, precompiled_charsmap) if precompiled_charsmap else b""
