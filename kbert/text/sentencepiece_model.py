@@ -103,6 +103,26 @@ def model_proto(pieces, types, precompiled_charsmap, add_dummy_prefix=True):
     return proto + _field(3, normalizer)
 
 
+def runnable_model_proto(pieces, unk_id, special_tokens, precompiled_charsmap):
+    """The `ModelProto` that runs `pieces` in their own id order, and each
+    piece's id: special tokens (cut out of the text before the model runs)
+    and repeated pieces (which `tokenizers` gives their first id) are
+    control pieces, which SentencePiece never makes from text."""
+    ids, types, once = {}, [], []
+    for i, (piece, score) in enumerate(pieces):
+        kind = NORMAL
+        if i == unk_id:
+            kind = UNKNOWN
+        elif piece in special_tokens or piece in ids:
+            kind = CONTROL
+        if piece in ids:
+            piece = f"{piece} (id {i}, repeated)"
+        ids.setdefault(piece, i)
+        types.append(kind)
+        once.append((piece, score))
+    return model_proto(once, types, base64.b64decode(precompiled_charsmap)), ids, types
+
+
 def read_model_proto(data):
     """`(pieces, types, precompiled_charsmap, add_dummy_prefix)` of a serialized `ModelProto`."""
     pieces, types, charsmap, add_dummy_prefix = [], [], b"", True
@@ -159,17 +179,19 @@ def read_model(folder):
         )
     with open(sp_path, "rb") as f:
         sp_pieces, _, charsmap, add_dummy_prefix = read_model_proto(f.read())
-    tokenizer_class = ""
+    tokenizer_config = {}
     config_path = os.path.join(folder, "tokenizer_config.json")
     if os.path.isfile(config_path):
         with open(config_path, encoding="utf-8") as f:
-            tokenizer_class = json.load(f).get("tokenizer_class") or ""
-    is_camembert = tokenizer_class.startswith("Camembert")
+            tokenizer_config = json.load(f)
+    is_camembert = (tokenizer_config.get("tokenizer_class") or "").startswith("Camembert")
+    added = (tokenizer_config.get("added_tokens_decoder") or {}).values()
     return {
         "pieces": camembert_pieces(sp_pieces) if is_camembert else fairseq_pieces(sp_pieces),
         "unk_id": FAIRSEQ_SPECIALS.index("<unk>"),
         "special_tokens": ["<pad>", "<unk>", "<s>", "</s>", MASK] if is_camembert else [*FAIRSEQ_SPECIALS, MASK],
         "precompiled_charsmap": base64.b64encode(charsmap).decode("ascii"),
+        "lstrip_tokens": [token["content"] for token in added if token.get("lstrip")],
         "add_prefix_space": add_dummy_prefix,
     }
 
@@ -201,11 +223,12 @@ def _read_tokenizer_json(config, path):
         "unk_id": model.get("unk_id", 0),
         "special_tokens": [token["content"] for token in config.get("added_tokens", []) if token.get("special")],
         "precompiled_charsmap": charsmap,
+        "lstrip_tokens": [token["content"] for token in config.get("added_tokens", []) if token.get("lstrip")],
         "add_prefix_space": True,
     }
 
 
-def write_model(folder, pieces, unk_id, special_tokens, precompiled_charsmap, model_max_length=None):
+def write_model(folder, pieces, unk_id, special_tokens, precompiled_charsmap, lstrip_tokens=(), model_max_length=None):
     """Writes `tokenizer.json`, `tokenizer_config.json`, `special_tokens_map.json`
     and, where the vocabulary has XLM-RoBERTa's fairseq layout,
     `sentencepiece.bpe.model`: files that `AutoTokenizer` reads into the same ids."""
@@ -219,7 +242,7 @@ def write_model(folder, pieces, unk_id, special_tokens, precompiled_charsmap, mo
         "truncation": None,
         "padding": None,
         "added_tokens": [
-            {"id": ids[token], "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+            {"id": ids[token], "content": token, "single_word": False, "lstrip": token in lstrip_tokens, "rstrip": False,
              "normalized": False, "special": True}
             for token in special_tokens
         ],

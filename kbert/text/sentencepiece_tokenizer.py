@@ -48,28 +48,21 @@ class _Tokenization:
     """The SentencePiece model and traced tokenization of one vocabulary,
     shared by every tokenizer with it (see `kbert.text.tokenizer._SHARED`)."""
 
-    def __init__(self, pieces, unk_id, special_tokens, precompiled_charsmap):
+    def __init__(self, pieces, unk_id, special_tokens, precompiled_charsmap, lstrip_tokens):
         self.vocabulary = _Vocabulary(pieces)
-        ids, types, once = {}, [], []
-        for i, (piece, score) in enumerate(pieces):
-            kind = sentencepiece_model.NORMAL
-            if i == unk_id:
-                kind = sentencepiece_model.UNKNOWN
-            elif piece in special_tokens or piece in ids:
-                # Special tokens are cut out of the text before the model
-                # runs; a repeated piece gets its first id in `tokenizers`.
-                kind = sentencepiece_model.CONTROL
-            if piece in ids:
-                piece = f"{piece} (id {i}, repeated)"
-            ids.setdefault(piece, i)
-            types.append(kind)
-            once.append((piece, score))
-        charsmap = base64.b64decode(precompiled_charsmap)
-        proto = sentencepiece_model.model_proto(once, types, charsmap)
+        proto, ids, types = sentencepiece_model.runnable_model_proto(
+            pieces, unk_id, special_tokens, precompiled_charsmap
+        )
         self.model = tf_text.SentencepieceTokenizer(model=proto, out_type=tf.int32)
         self.special_ids = tf.constant([ids[t] for t in special_tokens] or [0], tf.int32)
         self.special_tokens = tf.constant(list(special_tokens) or [""])
-        self.special_pattern = any_of_pattern(special_tokens) if special_tokens else None
+        # A token of `lstrip_tokens` takes the whitespace before it (XLM-R's <mask>).
+        self.whitespace = character_class(WHITE_SPACE)
+        self.special_pattern = "|".join(
+            (f"{self.whitespace}*" if token in lstrip_tokens else "") + any_of_pattern([token])
+            for token in sorted(special_tokens, key=len, reverse=True)
+        ) or None
+        charsmap = base64.b64decode(precompiled_charsmap)
         # Whitespace the normalizer leaves as it is becomes as many spaces as
         # it has bytes (so byte offsets hold), which the model splits at.
         normalized = sentencepiece_model.charsmap_of_characters(charsmap)
@@ -169,7 +162,8 @@ class _Tokenization:
         id), tokenizes the text between them, and joins the pieces again."""
         sections, section_starts, _ = regex_split_with_offsets(texts, self.special_pattern, self.special_pattern)
         flat = sections.flat_values
-        is_token = tf.equal(flat[:, None], self.special_tokens[None, :])  # [sections, special tokens]
+        token = tf.strings.regex_replace(flat, f"^{self.whitespace}+", "")
+        is_token = tf.equal(token[:, None], self.special_tokens[None, :])  # [sections, special tokens]
         is_special = tf.reduce_any(is_token, axis=1)
         special_id = tf.gather(self.special_ids, tf.argmax(tf.cast(is_token, tf.int32), 1))
 
@@ -223,6 +217,8 @@ class SentencePieceTokenizer(tf.Module):
             (`"<mask>"` gives `mask_id`); all are in `pieces`.
         precompiled_charsmap: the normalizer's table, base64 (`tokenizer.json`'s
             Precompiled normalizer); "" normalizes nothing.
+        lstrip_tokens: special tokens that take the whitespace before them
+            into their span (`lstrip`; XLM-R's `<mask>`).
 
     Example:
     >>> tokenizer = SentencePieceTokenizer.from_preset("hf://FacebookAI/xlm-roberta-base")
@@ -230,7 +226,9 @@ class SentencePieceTokenizer(tf.Module):
     <tf.RaggedTensor [[35378, 8999], [10, 250001]]>
     """
 
-    def __init__(self, pieces, unk_id=3, special_tokens=(CLS, PAD, SEP, UNK, MASK), precompiled_charsmap=""):
+    def __init__(
+        self, pieces, unk_id=3, special_tokens=(CLS, PAD, SEP, UNK, MASK), precompiled_charsmap="", lstrip_tokens=()
+    ):
         super().__init__(name="sentencepiece_tokenizer")
         pieces = tuple((str(piece), float(score)) for piece, score in pieces)
         tokens = [piece for piece, _ in pieces]
@@ -244,7 +242,8 @@ class SentencePieceTokenizer(tf.Module):
         self._unk_id = unk_id
         self.special_tokens = tuple(special_tokens)
         self.precompiled_charsmap = precompiled_charsmap
-        settings = (pieces, unk_id, self.special_tokens, precompiled_charsmap)
+        self.lstrip_tokens = tuple(lstrip_tokens)
+        settings = (pieces, unk_id, self.special_tokens, precompiled_charsmap, self.lstrip_tokens)
         self._tokenization = _SHARED.get(settings)
         if self._tokenization is None:
             self._tokenization = _SHARED[settings] = _Tokenization(*settings)
@@ -277,6 +276,7 @@ class SentencePieceTokenizer(tf.Module):
         the same ids. Keys of an existing `tokenizer_config.json` are kept."""
         sentencepiece_model.write_model(
             folder, self._vocabulary.pieces, self._unk_id, self.special_tokens, self.precompiled_charsmap,
+            lstrip_tokens=self.lstrip_tokens,
             model_max_length=model_max_length,
         )
 
@@ -286,6 +286,7 @@ class SentencePieceTokenizer(tf.Module):
             "unk_id": self._unk_id,
             "special_tokens": list(self.special_tokens),
             "precompiled_charsmap": self.precompiled_charsmap,
+            "lstrip_tokens": list(self.lstrip_tokens),
         }
 
     @classmethod

@@ -149,6 +149,24 @@ def test_byte_spans_equal_hugging_face_offsets_in_bytes(folder, corpus):
         assert (row_ids, list(zip(row_starts, row_ends))) == (encoding["input_ids"], in_bytes), text
 
 
+def test_a_mask_that_strips_whitespace_on_its_left_spans_it(transformers5_folder, tmp_path):
+    shutil.copytree(transformers5_folder, tmp_path, dirs_exist_ok=True)
+    config = json.loads((tmp_path / TOKENIZER_JSON).read_text())
+    for token in config["added_tokens"]:
+        token["lstrip"] = token["content"] == "<mask>"
+    (tmp_path / TOKENIZER_JSON).write_text(json.dumps(config))
+    texts = ["hi <mask> there", "hi<mask> there", "a  \t<mask><mask> <s> b"]
+    hf = AutoTokenizer.from_pretrained(tmp_path)
+    tokenizer = SentencePieceTokenizer.from_preset(tmp_path)
+    assert tokenizer.lstrip_tokens == ("<mask>",)
+    ids, starts, ends = tokenizer.tokenize_with_byte_spans(texts)
+    for text, *ours in zip(texts, ids.to_list(), starts.to_list(), ends.to_list()):
+        encoding = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert ours == [encoding["input_ids"], *map(list, zip(*encoding["offset_mapping"]))], text
+    tokenizer.save_to_preset(tmp_path / "saved")
+    assert SentencePieceTokenizer.from_preset(tmp_path / "saved").lstrip_tokens == ("<mask>",)
+
+
 def test_detokenize_gives_hugging_faces_decode(tokenizer, hub_folder, corpus):
     texts = corpus[::500] + ["a <mask> b"]
     hf = AutoTokenizer.from_pretrained(hub_folder)
