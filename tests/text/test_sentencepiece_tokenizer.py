@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from kbert.text import SentencePieceTokenizer
 from kbert.text.sentencepiece_model import FAIRSEQ_SPECIALS, SENTENCEPIECE_FILE, TOKENIZER_JSON
-from tests.text.test_tokenizer import DATA, HARD_TEXTS, read_mr_lines
+from tests.text.test_tokenizer import DATA, HARD_TEXTS, MINILM, read_mr_lines
 
 EDGE_TEXTS = [
     "",
@@ -236,3 +236,8 @@ def test_runs_inside_tf_data_and_an_exported_saved_model(tokenizer, corpus, tmp_
 def test_a_folder_without_tokenizer_files_says_which_files_it_looked_for(tmp_path):
     with pytest.raises(FileNotFoundError, match="tokenizer.json.*sentencepiece.bpe.model"):
         SentencePieceTokenizer.from_preset(str(tmp_path))
+
+
+def test_a_wordpiece_folder_is_refused_with_the_model_it_holds():
+    with pytest.raises(ValueError, match="holds a WordPiece model"):
+        SentencePieceTokenizer.from_preset(MINILM)
