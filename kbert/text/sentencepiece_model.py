@@ -293,9 +293,16 @@ def _charsmap_trie(precompiled_charsmap):
     return trie, precompiled_charsmap[4 + trie_size :]
 
 
-def character_class(chars):
-    """A regex character class of `chars`, each written as \\x{...}."""
-    return "[" + "".join(f"\\x{{{ord(c):x}}}" for c in chars) + "]"
+def character_class(chars, negated=False):
+    """A regex character class of `chars` (in ranges, as \\x{...})."""
+    codepoints, ranges = sorted(set(map(ord, chars))), []
+    for c in codepoints:
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+    body = "".join(f"\\x{{{a:x}}}" + (f"-\\x{{{b:x}}}" if b > a else "") for a, b in ranges)
+    return f"[{'^' if negated else ''}{body}]"
 
 
 def _offset(unit):

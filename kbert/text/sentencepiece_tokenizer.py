@@ -14,6 +14,7 @@ WhitespaceSplit splits there too.
 
 import base64
 import os
+import unicodedata
 import weakref
 
 from kbert.presets.files import get_preset_dir
@@ -29,6 +30,11 @@ WORD_START = "\u2581"
 # Unicode's White_Space characters, where `tokenizers`' WhitespaceSplit splits.
 WHITE_SPACE = (
     "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+)
+
+# Characters that may compose with the one before them: marks and Hangul jamo.
+_MARKS = {chr(c) for c in range(0x30000) if unicodedata.category(chr(c)).startswith("M")} | set(
+    map(chr, [*range(0x1100, 0x1200), *range(0xE0100, 0xE01F0)])
 )
 
 
@@ -75,6 +81,12 @@ class _Tokenization:
         spaces = "".join(c for c, n in normalized.items() if n and not n.strip())
         self.before_piece = f"^{character_class(WHITE_SPACE + WORD_START + spaces + deleted)}+"
         self.after_piece = f"{character_class(deleted)}+$" if deleted else None
+        # A run of characters that no piece holds and the normalizer keeps
+        # (nor composes: no marks, no jamo) is one fused <unk> whatever its
+        # length; SentencePiece's time grows with its square, so ids come
+        # from its first character alone.
+        known = {c for piece, _ in pieces for c in piece} | set(normalized) | set(WHITE_SPACE) | _MARKS
+        self.unknown_run = f"({character_class(known, negated=True)})" + f"{character_class(known, negated=True)}+"
         # Pieces that repeat one character ("...", "!!"): their codepoint and length.
         repeats = [
             (ord(piece[0]), len(piece)) if kind == sentencepiece_model.NORMAL and len(set(piece)) == 1
@@ -110,6 +122,7 @@ class _Tokenization:
         for pattern, spaces in self.kept_whitespace:
             texts = tf.strings.regex_replace(texts, pattern, spaces)
         if not with_offsets:
+            texts = tf.strings.regex_replace(texts, self.unknown_run, r"\1")
             return (self._order_runs(self.model.tokenize(texts))[0],)
         ids, starts, ends = self.model.tokenize_with_offsets(texts)
         starts, ends = self._hugging_face_spans(texts, ids, starts, ends)
