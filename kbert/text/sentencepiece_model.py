@@ -11,7 +11,9 @@ folder layouts hold one:
   at its SentencePiece id + 1 and `<mask>` last (XLM-RoBERTa);
 - `tokenizer.json` alone, as transformers 5 saves it (`model.vocab`).
 
-The `ModelProto` fields are written by hand (protobuf's wire format) so that
+It also says what `tokenizers` does around the model that SentencePiece
+does not (`text_patterns`): where WhitespaceSplit splits, what the offsets
+leave out. The `ModelProto` fields are written by hand (protobuf's wire format) so that
 the `sentencepiece` package is not needed; the field numbers are those of
 sentencepiece's `sentencepiece_model.proto`.
 """
@@ -21,11 +23,21 @@ import functools
 import json
 import os
 import struct
+import unicodedata
 
 SENTENCEPIECE_FILE = "sentencepiece.bpe.model"
 TOKENIZER_JSON = "tokenizer.json"
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 MASK = "<mask>"
+# Unicode's White_Space characters, where `tokenizers`' WhitespaceSplit splits.
+WHITE_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+)
+WORD_START = "\u2581"
+# Characters that may compose with the one before them: marks and Hangul jamo.
+_MARKS = {chr(c) for c in range(0x30000) if unicodedata.category(chr(c)).startswith("M")} | set(
+    map(chr, [*range(0x1100, 0x1200), *range(0xE0100, 0xE01F0)])
+)
 # SentencePiece.Type and TrainerSpec.ModelType.
 NORMAL, UNKNOWN, CONTROL = 1, 2, 3
 UNIGRAM = 1
@@ -291,6 +303,31 @@ def _charsmap_trie(precompiled_charsmap):
     (trie_size,) = struct.unpack("<I", precompiled_charsmap[:4])
     trie = struct.unpack(f"<{trie_size // 4}I", precompiled_charsmap[4 : 4 + trie_size])
     return trie, precompiled_charsmap[4 + trie_size :]
+
+
+def text_patterns(pieces, charsmap):
+    """The regexes that make the text around SentencePiece behave as in
+    `tokenizers`: `(kept_whitespace, before_piece, after_piece, unknown_run)`.
+    Whitespace the normalizer (`charsmap`, bytes) keeps becomes as many
+    spaces as it has bytes (so byte offsets hold), for the model to split at.
+    """
+    normalized = charsmap_of_characters(charsmap)
+    kept = [c for c in WHITE_SPACE if c != " " and c not in normalized]
+    by_length = [(n, "".join(c for c in kept if len(c.encode()) == n)) for n in (1, 2, 3)]
+    kept_whitespace = [(f"[{chars}]", " " * n) for n, chars in by_length if chars]
+    # Hugging Face's spans leave out the characters the normalizer deletes
+    # at a piece's end, and those it deletes or turns into spaces at its start.
+    deleted = "".join(c for c, n in normalized.items() if n == "")
+    spaces = "".join(c for c, n in normalized.items() if n and not n.strip())
+    before_piece = f"^{character_class(WHITE_SPACE + WORD_START + spaces + deleted)}+"
+    after_piece = f"{character_class(deleted)}+$" if deleted else None
+    # A run of characters that no piece holds and the normalizer keeps
+    # (nor composes: no marks, no jamo) is one fused <unk> whatever its
+    # length; SentencePiece's time grows with its square, so ids come
+    # from its first character alone.
+    known = {c for piece, _ in pieces for c in piece} | set(normalized) | set(WHITE_SPACE) | _MARKS
+    unknown_run = f"({character_class(known, negated=True)})" + f"{character_class(known, negated=True)}+"
+    return kept_whitespace, before_piece, after_piece, unknown_run
 
 
 def character_class(chars, negated=False):

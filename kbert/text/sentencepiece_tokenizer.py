@@ -14,30 +14,17 @@ WhitespaceSplit splits there too.
 
 import base64
 import os
-import unicodedata
 import weakref
 
 from kbert.presets.files import get_preset_dir
 from kbert.text import sentencepiece_model
-from kbert.text.sentencepiece_model import character_class
+from kbert.text.sentencepiece_model import WHITE_SPACE, WORD_START, character_class, text_patterns
 from kbert.text._tf_text import regex_split_with_offsets, tf_text
 from kbert.text.pre_tokenization import any_of_pattern
 from kbert.text.ragged import merge_rows, position_in_row, repeat, row_ids
 from kbert.tf_if_present import tf
 
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "<s>", "</s>", "<mask>"
-WORD_START = "\u2581"
-# Unicode's White_Space characters, where `tokenizers`' WhitespaceSplit splits.
-WHITE_SPACE = (
-    "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
-)
-
-# Characters that may compose with the one before them: marks and Hangul jamo.
-_MARKS = {chr(c) for c in range(0x30000) if unicodedata.category(chr(c)).startswith("M")} | set(
-    map(chr, [*range(0x1100, 0x1200), *range(0xE0100, 0xE01F0)])
-)
-
-
 class _Vocabulary:
     """The pieces and their ids, in one object that `tf.Module` does not look
     into (see `kbert.text.tokenizer._Vocabulary`): 250,002 pieces for XLM-R."""
@@ -71,22 +58,9 @@ class _Tokenization:
         charsmap = base64.b64decode(precompiled_charsmap)
         # Whitespace the normalizer leaves as it is becomes as many spaces as
         # it has bytes (so byte offsets hold), which the model splits at.
-        normalized = sentencepiece_model.charsmap_of_characters(charsmap)
-        kept = [c for c in WHITE_SPACE if c != " " and c not in normalized]
-        by_length = [(n, "".join(c for c in kept if len(c.encode()) == n)) for n in (1, 2, 3)]
-        self.kept_whitespace = [(f"[{chars}]", " " * n) for n, chars in by_length if chars]
-        # Hugging Face's spans leave out the characters the normalizer deletes
-        # at a piece's end, and those it deletes or turns into spaces at its start.
-        deleted = "".join(c for c, n in normalized.items() if n == "")
-        spaces = "".join(c for c, n in normalized.items() if n and not n.strip())
-        self.before_piece = f"^{character_class(WHITE_SPACE + WORD_START + spaces + deleted)}+"
-        self.after_piece = f"{character_class(deleted)}+$" if deleted else None
-        # A run of characters that no piece holds and the normalizer keeps
-        # (nor composes: no marks, no jamo) is one fused <unk> whatever its
-        # length; SentencePiece's time grows with its square, so ids come
-        # from its first character alone.
-        known = {c for piece, _ in pieces for c in piece} | set(normalized) | set(WHITE_SPACE) | _MARKS
-        self.unknown_run = f"({character_class(known, negated=True)})" + f"{character_class(known, negated=True)}+"
+        self.kept_whitespace, self.before_piece, self.after_piece, self.unknown_run = text_patterns(
+            pieces, charsmap
+        )
         # Pieces that repeat one character ("...", "!!"): their codepoint and length.
         repeats = [
             (ord(piece[0]), len(piece)) if kind == sentencepiece_model.NORMAL and len(set(piece)) == 1
