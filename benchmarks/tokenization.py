@@ -72,6 +72,7 @@ def sentencepiece_folder(folder):
     with gzip.open(os.path.join(DATA, "austen.txt.gz"), "rt", encoding="utf-8") as f:
         lines = [line.strip() for line in f if line.strip()]
     lines += read_tsv_column(os.path.join("multilingual_polarity", "subset.tsv"))
+    sentencepiece.set_random_generator_seed(0)
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_prefix=os.path.join(folder, "spm"), vocab_size=4000,
         model_type="unigram", character_coverage=0.9995, input_sentence_size=20000, num_threads=1,

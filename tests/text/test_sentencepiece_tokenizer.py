@@ -60,6 +60,7 @@ def hub_folder(tmp_path_factory, corpus):
     with gzip.open(DATA / "austen.txt.gz", "rt", encoding="utf-8") as f:
         lines = [line.strip() for line in f if line.strip()]
     lines += read_tsv_column(DATA / "multilingual_polarity" / "subset.tsv")
+    sentencepiece.set_random_generator_seed(0)  # the same model every run
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_prefix=str(folder / "spm"), vocab_size=4000, model_type="unigram",
         character_coverage=0.9995, input_sentence_size=20000, shuffle_input_sentence=True, num_threads=1,
