@@ -8,8 +8,9 @@ Unigram), and runs anywhere a TensorFlow graph runs. SentencePiece runs the
 model in Hugging Face's id order (`kbert.text.sentencepiece_model` writes the
 `ModelProto`), so its ids need no mapping. What `tokenizers` does around the
 model is done here: special tokens written in the text are cut out first,
-and whitespace that the normalizer keeps (U+0085) becomes spaces, as
-WhitespaceSplit splits there too.
+whitespace that the normalizer keeps (U+0085) becomes spaces, as
+WhitespaceSplit splits there too, tied pieces of a run of one character are
+put in `tokenizers`' order, and the spans moved to its offsets.
 """
 
 import base64
@@ -25,6 +26,8 @@ from kbert.text.ragged import merge_rows, position_in_row, repeat, row_ids
 from kbert.tf_if_present import tf
 
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "<s>", "</s>", "<mask>"
+
+
 class _Vocabulary:
     """The pieces and their ids, in one object that `tf.Module` does not look
     into (see `kbert.text.tokenizer._Vocabulary`): 250,002 pieces for XLM-R."""
@@ -56,8 +59,6 @@ class _Tokenization:
             for token in sorted(special_tokens, key=len, reverse=True)
         ) or None
         charsmap = base64.b64decode(precompiled_charsmap)
-        # Whitespace the normalizer leaves as it is becomes as many spaces as
-        # it has bytes (so byte offsets hold), which the model splits at.
         self.kept_whitespace, self.before_piece, self.after_piece, self.unknown_run = text_patterns(
             pieces, charsmap
         )
@@ -109,9 +110,9 @@ class _Tokenization:
         return ids, starts.with_flat_values(new_starts), ends.with_flat_values(new_starts + lengths)
 
     def _order_runs(self, ids):
-        """Puts the pieces of a run of one repeated character ("......" as
-        "...", "...") shortest first, as `tokenizers` does: the segmentations
-        tie, and SentencePiece's C++ breaks the tie the other way."""
+        """Puts the pieces of a run of one repeated character ("...." as
+        ".", "...") shortest first, as `tokenizers` does: the segmentations
+        tie, and SentencePiece's C++ breaks the tie another way."""
         flat = ids.flat_values
         char = tf.gather(self.repeated_char, flat)
         same_run = tf.concat([[False], (char[1:] == char[:-1]) & (char[1:] >= 0)], 0)
