@@ -7,6 +7,7 @@ import numpy as np
 from kbert.text import pipeline
 from kbert.text.offsets import cut_after_words
 from kbert.text.packing import SegmentPacker
+from kbert.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from kbert.text.tokenizer import BertTokenizer
 from kbert.tf_if_present import tf
 
@@ -318,7 +319,7 @@ def _all_text(spec):
 
 def tokenizer_class(name):
     """A kbert tokenizer class by name, as a saved config names it."""
-    tokenizers = {klass.__name__: klass for klass in (BertTokenizer,)}
+    tokenizers = {klass.__name__: klass for klass in (BertTokenizer, SentencePieceTokenizer)}
     if name not in tokenizers:
         raise ValueError(f"Unknown tokenizer class {name!r}; kbert's are {', '.join(tokenizers)}.")
     return tokenizers[name]

@@ -214,6 +214,9 @@ class SentencePieceTokenizer(tf.Module):
     <tf.RaggedTensor [[35378, 8999], [10, 250001]]>
     """
 
+    # How the preprocessor packs a pair: `<s> A </s></s> B </s>` (`kbert.text.packing`).
+    pair_layout = "roberta"
+
     def __init__(
         self, pieces, unk_id=3, special_tokens=(CLS, PAD, SEP, UNK, MASK), precompiled_charsmap="", lstrip_tokens=()
     ):

@@ -1,0 +1,117 @@
+"""The families past BERT on raw text: each with its own tokenizer in-graph,
+pairs packed as the family packs them, against transformers' tokenizer and
+model on the same folder; out again to transformers, to a SavedModel, and from
+a sentence-transformers folder (multilingual-e5's layout: XLM-R, mean pooling)."""
+
+import csv
+import shutil
+
+import numpy as np
+import pytest
+import sentencepiece
+import torch
+import transformers
+
+import kbert
+from tests.families.test_families import CONFIGS
+from tests.serving.test_export import once, serve
+from tests.text.test_tokenizer import DATA
+
+LENGTH = 32
+TEXTS_A = ["A slow, quiet film.", "Ein wunderbares Buch über das Meer!", "Un livre ennuyeux", "北京欢迎你", ""]
+TEXTS_B = ["It moved me.", "Ich habe es zweimal gelesen", "vraiment", "很好", "only the second"]
+
+
+def polarity_lines():
+    with open(DATA / "multilingual_polarity" / "subset.tsv", encoding="utf-8") as f:
+        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        next(rows)
+        return [row[0] for row in rows]
+
+
+def nudged(model):
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def xlmr_folder(tmp_path_factory):
+    """A tiny XLM-R classifier with a unigram tokenizer trained here on the
+    German, French and Dutch reviews, as the hub lays it out."""
+    folder = tmp_path_factory.mktemp("xlmr")
+    sentencepiece.set_random_generator_seed(0)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(polarity_lines()), model_prefix=str(folder / "spm"), vocab_size=800,
+        model_type="unigram", character_coverage=0.9995, num_threads=1,
+    )
+    (folder / "spm.model").rename(folder / "sentencepiece.bpe.model")
+    (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "XLMRobertaTokenizer"}')
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    config_class, sizes = CONFIGS["xlm-roberta"]
+    config = config_class(**{**sizes, "vocab_size": len(tokenizer)}, num_labels=3)
+    nudged(transformers.XLMRobertaForSequenceClassification(config)).save_pretrained(folder)
+    return folder
+
+
+def hf_logits(folder, texts_a, texts_b=None):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    encoded = tokenizer(texts_a, texts_b, padding=True, truncation=True, max_length=LENGTH, return_tensors="pt")
+    with torch.no_grad():
+        return model(**encoded).logits.numpy()
+
+
+def test_xlmr_classifier_on_texts_and_pairs_equals_transformers(xlmr_folder, tmp_path):
+    model = kbert.BertClassifier.from_preset(str(xlmr_folder), sequence_length=LENGTH)
+    assert type(model.preprocessor.tokenizer).__name__ == "SentencePieceTokenizer"
+    np.testing.assert_allclose(model.predict(TEXTS_A, verbose=0), hf_logits(xlmr_folder, TEXTS_A), atol=1e-4)
+    pairs = model.predict((TEXTS_A, TEXTS_B), verbose=0)
+    np.testing.assert_allclose(pairs, hf_logits(xlmr_folder, TEXTS_A, TEXTS_B), atol=1e-4)
+
+    # Out to transformers, tokenizer and all, and back into kbert.
+    model.export_to_transformers(str(tmp_path / "hf"))
+    np.testing.assert_allclose(hf_logits(tmp_path / "hf", TEXTS_A, TEXTS_B), pairs, atol=1e-4)
+    again = kbert.BertClassifier.from_preset(str(tmp_path / "hf"))
+    np.testing.assert_allclose(again.predict((TEXTS_A, TEXTS_B), verbose=0), pairs, atol=1e-5)
+    # kbert's own layout, settings and tokenizer included.
+    model.save_to_preset(str(tmp_path / "kbert"))
+    loaded = kbert.BertClassifier.from_preset(str(tmp_path / "kbert"))
+    np.testing.assert_allclose(loaded.predict((TEXTS_A, TEXTS_B), verbose=0), pairs, atol=1e-5)
+
+
+@once
+def test_xlmr_saved_model_answers_like_predict(xlmr_folder, tmp_path):
+    model = kbert.BertClassifier.from_preset(str(xlmr_folder), sequence_length=LENGTH)
+    path = model.export(str(tmp_path / "xlmr" / "1"))
+    answers = serve({"pairs": (path, {"text": TEXTS_A, "text_pair": TEXTS_B})})
+    np.testing.assert_allclose(answers["pairs"]["logits"], model.predict((TEXTS_A, TEXTS_B), verbose=0), atol=1e-4)
+
+
+def test_multilingual_e5_layout_embeds_like_sentence_transformers(xlmr_folder, tmp_path):
+    # multilingual-e5: an XLM-R backbone, mean pooling, normalized.
+    from sentence_transformers import SentenceTransformer, models
+
+    transformer = models.Transformer(str(xlmr_folder), max_seq_length=LENGTH)
+    pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")
+    reference = SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device="cpu")
+    reference.save(str(tmp_path / "e5"))
+    embedder = kbert.BertTextEmbedder.from_preset(str(tmp_path / "e5"))
+    texts = ["query: wie geht es dir", "passage: Ein wunderbares Buch über das Meer!", "北京欢迎你"]
+    np.testing.assert_allclose(embedder.encode(texts), reference.encode(texts), atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["distilbert", "electra"])
+def test_wordpiece_families_classify_pairs_like_transformers(family, minilm_dir, tmp_path):
+    # DistilBERT and ELECTRA with the MiniLM checkpoint's WordPiece vocabulary.
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(f"{minilm_dir}/{name}", tmp_path / name)
+    config_class, sizes = CONFIGS[family]
+    config = config_class(**{**sizes, "vocab_size": 30522}, num_labels=2)
+    model_class = getattr(transformers, config_class.__name__.replace("Config", "ForSequenceClassification"))
+    nudged(model_class(config)).save_pretrained(tmp_path)
+    model = kbert.BertClassifier.from_preset(str(tmp_path), sequence_length=LENGTH)
+    np.testing.assert_allclose(model.predict((TEXTS_A, TEXTS_B), verbose=0),
+                               hf_logits(tmp_path, TEXTS_A, TEXTS_B), atol=1e-4)
