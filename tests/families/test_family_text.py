@@ -85,7 +85,7 @@ def test_xlmr_classifier_on_texts_and_pairs_equals_transformers(xlmr_folder, tmp
 @once
 def test_xlmr_saved_model_answers_like_predict(xlmr_folder, tmp_path):
     model = kbert.BertClassifier.from_preset(str(xlmr_folder), sequence_length=LENGTH)
-    path = model.export(str(tmp_path / "xlmr" / "1"))
+    path = model.export(str(tmp_path / "xlmr" / "1"), pairs=True)
     answers = serve({"pairs": (path, {"text": TEXTS_A, "text_pair": TEXTS_B})})
     np.testing.assert_allclose(answers["pairs"]["logits"], model.predict((TEXTS_A, TEXTS_B), verbose=0), atol=1e-4)
 
