@@ -43,7 +43,7 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tan
 def backbone_config(hf_config, source="config.json"):
     """kbert `BertBackbone` arguments from a `config.json` dict (read from
     `source`, named in errors)."""
-    check_config(hf_config, REQUIRED, MODEL_TYPES, source)
+    check_config(hf_config, REQUIRED, "BERT", source)
     absolute_positions(hf_config, source)
     config = {kbert: hf_config.get(hf, default) for kbert, hf, default in CONFIG_TABLE}
     return {**config, "activation": activation(hf_config, source)}

@@ -37,7 +37,7 @@ LAYER_NORM_EPSILON = 1e-12
 
 
 def backbone_config(hf_config, source="config.json"):
-    check_config(hf_config, REQUIRED, MODEL_TYPES, source)
+    check_config(hf_config, REQUIRED, "DistilBERT", source)
     config = {kbert: hf_config.get(hf, default) for kbert, hf, default in CONFIG_TABLE}
     return {**config, "num_segments": 0, "layer_norm_epsilon": LAYER_NORM_EPSILON,
             "activation": bert.activation(hf_config, source, key="activation")}

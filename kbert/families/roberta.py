@@ -35,7 +35,7 @@ CONFIG_TABLE = (
 
 
 def backbone_config(hf_config, source="config.json"):
-    check_config(hf_config, bert.REQUIRED, MODEL_TYPES, source)
+    check_config(hf_config, bert.REQUIRED, "RoBERTa", source)
     absolute_positions(hf_config, source)
     config = {kbert: hf_config.get(hf, default) for kbert, hf, default in CONFIG_TABLE}
     # transformers' create_position_ids_from_input_ids: padding_idx + 1 onwards.

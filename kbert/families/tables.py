@@ -32,7 +32,7 @@ def encoder_layers(backbone, prefix="encoder.layer"):
     return table
 
 
-def check_config(hf_config, required, model_types, source):
+def check_config(hf_config, required, name, source):
     """Refuses a config.json that is not an object of settings or lacks
     `required` keys."""
     if not isinstance(hf_config, dict):
@@ -40,7 +40,7 @@ def check_config(hf_config, required, model_types, source):
     missing = [key for key in required if key not in hf_config]
     if missing:
         raise ValueError(
-            f"{source} lacks {', '.join(missing)}: a {model_types[0]} config.json sets {', '.join(required)}. "
+            f"{source} lacks {', '.join(missing)}: a {name} config.json sets {', '.join(required)}. "
             "Use the config.json that came with these weights."
         )
 
