@@ -248,3 +248,33 @@ def test_repository_with_tokenizer_json_and_no_vocab_txt_downloads_and_tokenizes
         server.requests.clear()
         assert kbert.BertTokenizer.from_preset("hf://owner/new-layout").vocabulary == VOCABULARY
         assert server.requests == []
+
+
+def test_a_sentence_transformers_repository_downloads_its_modules(hf_cache, minilm_dir, monkeypatch):
+    # all-MiniLM-L6-v2 as the hub holds it: mean pooling and normalization
+    # come from modules.json and 1_Pooling/config.json, fetched with the model.
+    names = ["config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "modules.json",
+             "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling/config.json"]
+    files = {name: open(os.path.join(minilm_dir, name), "rb").read() for name in names}
+    with HubServer({"owner/minilm": files}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        downloaded = kbert.BertTextEmbedder.from_preset("hf://owner/minilm")
+    local = kbert.BertTextEmbedder.from_preset(minilm_dir)
+    assert downloaded.pooling == local.pooling == "mean" and downloaded.normalize
+    texts = ["a download of every module", "the same embeddings"]
+    np.testing.assert_allclose(downloaded.encode(texts), local.encode(texts), atol=1e-6)
+
+
+def test_a_roberta_repository_downloads_its_byte_pair_files(hf_cache, tmp_path, monkeypatch):
+    # Which tokenizer files a repository is asked for follows its config's
+    # model_type: here vocab.json and merges.txt, not vocab.txt.
+    config = transformers.RobertaConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                        intermediate_size=32, max_position_embeddings=34)
+    transformers.RobertaModel(config).save_pretrained(tmp_path)
+    files = {name: (tmp_path / name).read_bytes() for name in ("config.json", "model.safetensors")}
+    files.update({"vocab.json": b"{}", "merges.txt": b"#version: 0.2\n"})
+    with HubServer({"owner/tiny-roberta": files}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        folder = get_preset_dir("hf://owner/tiny-roberta")
+        asked = [path.rsplit("/", 1)[-1] for method, path in server.requests if method == "GET"]
+    assert {"vocab.json", "merges.txt"} <= set(os.listdir(folder)) and "vocab.txt" not in asked
