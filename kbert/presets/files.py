@@ -328,6 +328,15 @@ def _download(repo, revision, cache, etag_timeout, what, how, progress):
     return folder
 
 
+def model_type(folder):
+    """The `model_type` of a preset folder's model (its family): config.json's,
+    or the backbone's `family` in kbert's layout; "bert" where neither says."""
+    if is_kbert_layout(folder):
+        return (load_json(folder, KBERT_CONFIG).get("backbone") or {}).get("family", "bert")
+    config = load_json(folder, HF_CONFIG, default={})
+    return config.get("model_type", "bert") if isinstance(config, dict) else "bert"
+
+
 def _tokenizer_files(config_path):
     """The sets of files the tokenizer of the model of `config_path` may be in."""
     try:

@@ -4,6 +4,9 @@ ops; the base of each task's preprocessor (`kbert.text.task_preprocessors`)."""
 import keras
 import numpy as np
 
+from kbert import families
+from kbert.presets import files
+from kbert.presets.files import get_preset_dir
 from kbert.text import pipeline
 from kbert.text.offsets import cut_after_words
 from kbert.text.packing import SegmentPacker
@@ -86,14 +89,17 @@ class BertPreprocessor(keras.layers.Layer):
 
     @classmethod
     def from_preset(cls, preset, sequence_length=512, **kwargs):
-        """Builds the preprocessor of a preset, with its `BertTokenizer`.
+        """Builds the preprocessor of a preset, with its family's tokenizer
+        (`BertTokenizer`, `SentencePieceTokenizer`, ...: `kbert.families`).
 
         Args:
             preset: a registered name, `hf://owner/name`, or a local folder.
             sequence_length: the packed length.
             **kwargs: the other arguments of `BertPreprocessor`.
         """
-        return cls(BertTokenizer.from_preset(preset), sequence_length=sequence_length, **kwargs)
+        folder = get_preset_dir(preset)
+        tokenizer = tokenizer_class(families.tokenizer_class_name(files.model_type(folder)))
+        return cls(tokenizer.from_preset(folder), sequence_length=sequence_length, **kwargs)
 
     @classmethod
     def from_preprocessor(cls, preprocessor):

@@ -67,6 +67,8 @@ def hf_logits(folder, texts_a, texts_b=None):
 def test_xlmr_classifier_on_texts_and_pairs_equals_transformers(xlmr_folder, tmp_path):
     model = kbert.BertClassifier.from_preset(str(xlmr_folder), sequence_length=LENGTH)
     assert type(model.preprocessor.tokenizer).__name__ == "SentencePieceTokenizer"
+    preprocessor = kbert.BertPreprocessor.from_preset(str(xlmr_folder), sequence_length=LENGTH)
+    assert type(preprocessor.tokenizer).__name__ == "SentencePieceTokenizer"
     np.testing.assert_allclose(model.predict(TEXTS_A, verbose=0), hf_logits(xlmr_folder, TEXTS_A), atol=1e-4)
     pairs = model.predict((TEXTS_A, TEXTS_B), verbose=0)
     np.testing.assert_allclose(pairs, hf_logits(xlmr_folder, TEXTS_A, TEXTS_B), atol=1e-4)
