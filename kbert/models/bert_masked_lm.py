@@ -106,7 +106,9 @@ class BertMaskedLM(Task):
                     zip(r["tokens"], r["probabilities"], r["token_ids"]) if ids[0] >= 0] for r in rows]
         missing = [i for i, guesses in enumerate(results) if not guesses]
         if missing:
-            raise ValueError(f"No [MASK] token in texts {missing[:5]} (e.g. {texts[missing[0]][:80]!r}); write [MASK] "
+            tokenizer = self.preprocessor.tokenizer
+            mask = tokenizer.id_to_token(tokenizer.mask_id)  # [MASK], or <mask> in RoBERTa's families
+            raise ValueError(f"No {mask} token in texts {missing[:5]} (e.g. {texts[missing[0]][:80]!r}); write {mask} "
                              "where a word should be guessed, within the first sequence_length tokens.")
         return results
 

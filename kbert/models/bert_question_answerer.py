@@ -67,11 +67,12 @@ class BertQuestionAnswerer(Task):
                  **kwargs):
         if stride < 1:
             raise ValueError(f"stride={stride}: windows must move at least 1 token; BERT uses 128.")
-        if preprocessor is not None and preprocessor.sequence_length - 3 - max_question_length < 1:
+        specials = preprocessor.packer.special_tokens(2) if preprocessor is not None else 3
+        if preprocessor is not None and preprocessor.sequence_length - specials - max_question_length < 1:
             raise ValueError(
-                f"sequence_length={preprocessor.sequence_length} leaves no room for the context after "
-                f"[CLS], a question of up to max_question_length={max_question_length} tokens and two "
-                "[SEP]; use a longer sequence_length or a smaller max_question_length."
+                f"sequence_length={preprocessor.sequence_length} leaves no room for the context after a question "
+                f"of up to max_question_length={max_question_length} tokens and {specials} special tokens "
+                "([CLS] and two [SEP]); use a longer sequence_length or a smaller max_question_length."
             )
         inputs = backbone.input
         sequence_output = backbone(inputs)["sequence_output"]

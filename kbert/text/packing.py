@@ -272,7 +272,7 @@ class SegmentPacker(tf.Module):
     def __call__(self, segments):
         segments = list(segments) if isinstance(segments, tuple) else [segments]
         _check_truncation(self.truncation, len(segments))
-        specials = 1 + len(segments) + (len(segments) == 2 and self.pair_layout == "roberta")
+        specials = self.special_tokens(len(segments))
         if len(segments) == 2 and self.sequence_length < specials + 2:
             raise ValueError(
                 f"sequence_length={self.sequence_length} is too short for pairs: the special tokens take "
@@ -294,6 +294,11 @@ class SegmentPacker(tf.Module):
         if unbatched:
             outputs = {k: v[0] for k, v in outputs.items()}
         return outputs
+
+    def special_tokens(self, num_segments):
+        """How many special tokens a sequence of `num_segments` segments
+        holds: `[CLS] A [SEP]` 2; `[CLS] A [SEP] B [SEP]` 3; `<s> A </s></s> B </s>` 4."""
+        return 1 + num_segments + (num_segments == 2 and self.pair_layout == "roberta")
 
     def _padded_length(self, token_ids):
         if self.pad_to == "sequence_length":

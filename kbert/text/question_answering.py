@@ -44,7 +44,8 @@ def windows(preprocessor, questions, contexts, stride, max_question_length):
     question_ids = question_ids[:, :max_question_length]
     context_ids, context_starts, context_ends = preprocessor.tokenizer.tokenize_with_byte_spans(contexts)
     num_tokens = context_ids.row_lengths()
-    offset = question_ids.row_lengths() + 2  # [CLS] question [SEP]
+    # [CLS] question [SEP] (RoBERTa's <s> question </s></s>), then the window and its [SEP].
+    offset = question_ids.row_lengths() + preprocessor.packer.special_tokens(2) - 1
     window_length = preprocessor.sequence_length - offset - 1
     step = tf.minimum(tf.cast(stride, tf.int64), window_length)
     # window_starts(): windows `step` apart until one reaches the end.

@@ -117,3 +117,34 @@ def test_wordpiece_families_classify_pairs_like_transformers(family, minilm_dir,
     model = kbert.BertClassifier.from_preset(str(tmp_path), sequence_length=LENGTH)
     np.testing.assert_allclose(model.predict((TEXTS_A, TEXTS_B), verbose=0),
                                hf_logits(tmp_path, TEXTS_A, TEXTS_B), atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def xlmr_task_folder(xlmr_folder, tmp_path_factory):
+    """`xlmr_folder`'s tokenizer with a question answerer's and a masked LM's heads."""
+    def folder(suffix, **config):
+        path = tmp_path_factory.mktemp(suffix)
+        for name in ("sentencepiece.bpe.model", "tokenizer.json", "tokenizer_config.json"):
+            if (xlmr_folder / name).exists():
+                shutil.copy(xlmr_folder / name, path / name)
+        config_class, sizes = CONFIGS["xlm-roberta"]
+        vocabulary = transformers.AutoConfig.from_pretrained(xlmr_folder).vocab_size
+        model = getattr(transformers, "XLMRoberta" + suffix)(config_class(**{**sizes, "vocab_size": vocabulary},
+                                                                          **config))
+        nudged(model).save_pretrained(path)
+        return path
+    return folder
+
+
+def test_xlmr_answers_and_fills_masks_on_text(xlmr_task_folder):
+    answerer = kbert.BertQuestionAnswerer.from_preset(str(xlmr_task_folder("ForQuestionAnswering")),
+                                                      sequence_length=LENGTH, max_question_length=8)
+    contexts = ["Das Buch erzählt vom Meer und von einem alten Fischer in Kuba.", "Un livre ennuyeux sur Paris."]
+    for answer, context in zip(answerer.answer(["Wovon erzählt das Buch?", "Où?"], contexts), contexts):
+        # An untrained head's span, but one cut from the context at its pieces' offsets.
+        assert answer["answer"] == context[answer["start"]:answer["end"]]
+    masked_lm = kbert.BertMaskedLM.from_preset(str(xlmr_task_folder("ForMaskedLM")), sequence_length=LENGTH)
+    (guesses,) = masked_lm.fill_mask(["Ein wunderbares <mask> über das Meer"], top_k=3)
+    assert len(guesses) == 1 and len(guesses[0]) == 3
+    with pytest.raises(ValueError, match="No <mask> token in texts"):
+        masked_lm.fill_mask(["kein Platzhalter"])
