@@ -12,6 +12,7 @@ import importlib.util
 
 _MODULES = {
     "BertTokenizer": "tokenizer",
+    "BytePairTokenizer": "byte_pair_tokenizer",
     "train_wordpiece_vocabulary": "vocabulary",
     "SegmentPacker": "packing",
     "truncate_segments": "packing",

@@ -1,0 +1,154 @@
+"""Byte-level BPE (GPT-2, RoBERTa) as TensorFlow ops: the byte-to-unicode map,
+GPT-2's pre-tokenization and merges by rank.
+
+Hugging Face's `ByteLevel` pre-tokenizer splits text with GPT-2's pattern
+
+    's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+
+
+RE2 has no lookahead. `\\s+(?!\\S)` matters only in a run of whitespace
+followed by more text: the run less its last character is one word, and the
+last character starts the next word if it is a space, else is a word alone.
+The pattern here matches such a run one character at a time (a run that
+ends the text whole), and `_join_spaces` joins the characters back.
+Oniguruma's `\\s` (which `tokenizers` uses) is Unicode whitespace; RE2's is
+ASCII, so it is spelled out.
+"""
+
+from kbert.text._tf_text import regex_split_with_offsets
+from kbert.text.ragged import repeat, row_ids, row_ids_of_splits
+from kbert.tf_if_present import tf
+
+WHITESPACE = r"[\t\n\x0B\f\r\x{85}\p{Z}]"
+_NOT_SPACE_CLASS = r"[^\t\n\x0B\f\r\x{85}\p{Z}\p{L}\p{N}]"
+WORD = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?" + _NOT_SPACE_CLASS + "+|"
+        + WHITESPACE + r"+\z|" + WHITESPACE)
+# Beyond any real vocabulary: a pair's key is left * _KEY_BASE + right.
+_KEY_BASE = 1 << 21
+
+
+def bytes_to_unicode():
+    """GPT-2's map from each byte to a printable character: printable Latin-1
+    bytes stand for themselves, the others for characters from U+0100 on."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + len(chars) - len(printable))
+    return chars
+
+
+def pre_tokenize(texts):
+    """GPT-2's words of each text, with their byte spans: `(words, starts,
+    ends)`, ragged `[texts, (words)]`."""
+    # regex_split ends a string at U+0000; U+0001 is in the same class.
+    _, starts, ends = regex_split_with_offsets(tf.strings.regex_replace(texts, r"\x00", "\x01"), WORD, "(?s).+")
+    starts, ends = _join_spaces(texts, starts, ends)
+    words = tf.strings.substr(repeat(texts, starts.row_lengths()), starts.flat_values,
+                              ends.flat_values - starts.flat_values)
+    return starts.with_flat_values(words), starts, ends
+
+
+def _join_spaces(texts, starts, ends):
+    """Joins the one-character words of a whitespace run that `\\s+(?!\\S)`
+    matches as one: all but the run's last character when that character
+    stands alone (it is not a space, which starts the next word)."""
+    flat_starts, flat_ends = starts.flat_values, ends.flat_values
+    words = tf.strings.substr(repeat(texts, starts.row_lengths()), flat_starts, flat_ends - flat_starts)
+    single = tf.strings.regex_full_match(words, WHITESPACE)
+    starts_with_space = tf.strings.regex_full_match(words, f"(?s){WHITESPACE}.*")
+    rows = row_ids(starts)
+    same_row_as_next = tf.concat([tf.equal(rows[1:], rows[:-1]), [False]], 0)
+    # Before a word that starts with no whitespace, a lone character stands alone.
+    alone = single & same_row_as_next & ~tf.concat([starts_with_space[1:], [True]], 0)
+    joins = tf.concat([[False], single[:-1] & ~alone[:-1] & same_row_as_next[:-1]], 0) & single & ~alone
+    group = tf.cumsum(tf.cast(~joins, tf.int64)) - 1
+    groups = tf.reduce_sum(tf.cast(~joins, tf.int64))
+    new_starts = tf.math.unsorted_segment_min(flat_starts, group, groups)
+    new_ends = tf.math.unsorted_segment_max(flat_ends, group, groups)
+    row_splits = tf.concat([[0], tf.cumsum(tf.math.unsorted_segment_sum(
+        tf.cast(~joins, tf.int64), rows, starts.nrows()))], 0)
+    return (tf.RaggedTensor.from_row_splits(new_starts, row_splits, validate=False),
+            tf.RaggedTensor.from_row_splits(new_ends, row_splits, validate=False))
+
+
+class Merges:
+    """The merges as hash tables: each pair of ids to its rank and the id it
+    merges into, and each byte to its one-byte token's id."""
+
+    def __init__(self, token_ids, merges, byte_chars):
+        self.byte_table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant([bytes([b]) for b in range(256)]),
+                tf.constant([token_ids.get(byte_chars[b], -1) for b in range(256)], tf.int64)),
+            default_value=-1)
+        keys, values = [], []
+        for rank, (left, right) in enumerate(merges):
+            keys.append(token_ids[left] * _KEY_BASE + token_ids[right])
+            values.append(rank * _KEY_BASE + token_ids[left + right])
+        self.pair_table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(tf.constant(keys or [-1], tf.int64),
+                                                tf.constant(values or [-1], tf.int64)),
+            default_value=tf.int64.max)
+
+    def encode(self, words):
+        """The BPE ids of each word (a 1-D string tensor of raw bytes):
+        ragged `[words, (pieces)]`, int64. Bytes without a token are dropped,
+        as Hugging Face's BPE drops them where there is no unknown token."""
+        chars = tf.strings.bytes_split(words)
+        ids = self.byte_table.lookup(chars.flat_values)
+        known = ids >= 0
+        row_splits = tf.concat([[0], tf.cumsum(tf.math.unsorted_segment_sum(
+            tf.cast(known, tf.int64), row_ids(chars), chars.nrows()))], 0)
+        ids = tf.boolean_mask(ids, known)
+
+        def merge(ids, row_splits, _):
+            word = row_ids_of_splits(row_splits)
+            same_word = tf.equal(word[1:], word[:-1])
+            values = self.pair_table.lookup(ids[:-1] * _KEY_BASE + ids[1:])
+            values = tf.where(same_word, values, tf.int64.max)
+            # Hugging Face merges the pair of lowest rank first, each of its
+            # occurrences from the left; a merge makes a pair of higher rank.
+            lowest = tf.math.unsorted_segment_min(values, word[:-1], tf.size(row_splits, tf.int64) - 1)
+            chosen = tf.equal(values, tf.gather(lowest, word[:-1])) & (values < tf.int64.max)
+            chosen = _every_other_of_runs(chosen)
+            merged = tf.concat([tf.where(chosen, values % _KEY_BASE, ids[:-1]), ids[-1:]], 0)
+            kept = ~tf.concat([[False], chosen], 0)
+            removed = tf.math.unsorted_segment_sum(tf.cast(~kept, tf.int64), word, tf.size(row_splits, tf.int64) - 1)
+            row_splits = row_splits - tf.concat([[0], tf.cumsum(removed)], 0)
+            return tf.boolean_mask(merged, kept), row_splits, tf.reduce_any(chosen)
+
+        ids, row_splits, _ = tf.while_loop(
+            lambda ids, row_splits, more: more, merge, (ids, row_splits, tf.size(ids) > 1),
+            shape_invariants=(tf.TensorShape([None]), tf.TensorShape([None]), tf.TensorShape([])))
+        return tf.RaggedTensor.from_row_splits(ids, row_splits, validate=False)
+
+
+def _every_other_of_runs(chosen):
+    """Of each run of consecutive chosen pairs (a a a: the same pair twice,
+    overlapping), the first, third, ...: the occurrences merged from the left."""
+    position = tf.range(tf.size(chosen, tf.int64))
+    run = tf.cumsum(tf.cast(~chosen, tf.int64))  # constant along a run
+    run_start = tf.math.unsorted_segment_min(tf.where(chosen, position, tf.int64.max), run,
+                                             tf.size(chosen, tf.int64) + 1)
+    return chosen & tf.equal((position - tf.gather(run_start, run)) % 2, 0)
+
+
+def bpe(symbols, ranks):
+    """Hugging Face's BPE of one word in Python: `symbols` (a list of
+    tokens) merged by `ranks` (pair -> rank), lowest rank first."""
+    symbols = list(symbols)
+    while len(symbols) > 1:
+        pairs = [ranks.get(pair) for pair in zip(symbols, symbols[1:])]
+        lowest = min((r for r in pairs if r is not None), default=None)
+        if lowest is None:
+            break
+        merged, i = [], 0
+        while i < len(symbols):
+            if i + 1 < len(symbols) and pairs[i] == lowest:
+                merged.append(symbols[i] + symbols[i + 1])
+                i += 2
+            else:
+                merged.append(symbols[i])
+                i += 1
+        symbols = merged
+    return symbols
