@@ -230,6 +230,9 @@ class BytePairTokenizer(tf.Module):
             self._tokenization = _SHARED[settings] = _Tokenization(*settings)
         self._vocabulary = self._tokenization.vocabulary
         self._tokens = tf.constant(vocabulary)
+        # The hash tables are resources: a SavedModel holds those its modules track.
+        self._tables = [self._tokenization.single_tokens, self._tokenization.merges.byte_table,
+                        self._tokenization.merges.pair_table]
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
