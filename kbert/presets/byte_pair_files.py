@@ -34,10 +34,10 @@ def read_merges(path):
     """The merges of a `merges.txt`, lowest rank first, as pairs (a `#version` line is skipped)."""
     with open(path, encoding="utf-8") as f:
         lines = [line.rstrip("\r\n") for line in f]
-    return [_pair(line, path) for line in lines if line and not line.startswith("#version")]
+    return [parse_merge(line, path) for line in lines if line and not line.startswith("#version")]
 
 
-def _pair(merge, path):
+def parse_merge(merge, path):
     pair = merge.split(" ") if isinstance(merge, str) else list(merge)
     if len(pair) != 2:
         raise ValueError(f'{path} has the merge {merge!r}; a merge is two tokens, "a b" or [a, b].')
@@ -65,7 +65,7 @@ def read_preset(folder):
             raise ValueError(f"{json_path} describes a {model.get('type')} tokenizer; BytePairTokenizer reads "
                              "byte-level BPE (RoBERTa, GPT-2).")
         vocabulary = _tokens_by_id(model.get("vocab") or {}, json_path)
-        merges = [_pair(m, json_path) for m in model.get("merges") or []]
+        merges = [parse_merge(m, json_path) for m in model.get("merges") or []]
         added = tokenizer.get("added_tokens") or []
         pre_tokenizer = tokenizer.get("pre_tokenizer") or {}
         post_processor = tokenizer.get("post_processor") or {}

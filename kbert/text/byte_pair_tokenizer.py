@@ -17,7 +17,7 @@ import os
 import weakref
 
 from kbert.presets import files
-from kbert.presets.byte_pair_files import _pair, read_merges, read_preset, read_vocabulary, write_preset
+from kbert.presets.byte_pair_files import parse_merge, read_merges, read_preset, read_vocabulary, write_preset
 from kbert.text import byte_pair
 from kbert.text._tf_text import regex_split_with_offsets
 from kbert.text.pre_tokenization import any_of_pattern
@@ -218,7 +218,7 @@ class BytePairTokenizer(tf.Module):
                  rstrip_tokens=()):
         super().__init__(name="byte_pair_tokenizer")
         vocabulary = read_vocabulary(vocabulary) if isinstance(vocabulary, (str, os.PathLike)) else list(vocabulary)
-        merges = read_merges(merges) if isinstance(merges, (str, os.PathLike)) else [_pair(m, "merges") for m in merges]
+        merges = read_merges(merges) if isinstance(merges, (str, os.PathLike)) else [parse_merge(m, "merges") for m in merges]
         self.add_prefix_space = bool(add_prefix_space)
         self.trim_offsets = bool(trim_offsets)
         self.lstrip_tokens = tuple(lstrip_tokens)
