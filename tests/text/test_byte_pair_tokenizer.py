@@ -24,7 +24,7 @@ EDGE_TEXTS = [
     "don't 's 'sup I'm we'll they're 'S 'T  's x's '''s", "$5+3=8 <tag> ^_^ http://x.y/z?a=1&b=2 ...!!",
     "Hello <mask> world", "a<mask>b  <mask>  <s></s><pad><unk> <mask", "<mask> at start, \t<mask>",
     "12345 3.14 1,000,000 ½ ² Ⅻ", "Ｆｕｌｌ　ｗｉｄｔｈ！", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "ab" * 300,
-    "\U00020000 \ue000 \ufffd \u0378",
+    "\U00020000 \ue000 \ufffd \u0378", "Ärger über Öl ½ ² ¹ µª º ǅ ɏ ¿¡ «x» ×÷ §\u00a0x\x85y  \u00a0 z 'sÄ",
 ]
 
 
