@@ -1,12 +1,14 @@
 """Tokenization speed: kbert's in-graph tokenizers against their peers.
 
-Tokenizes real English (the MR movie reviews and Jane Austen's novels, one line
-each, from examples/data/) and prints throughput in MB/s and lines/s, the ratio of kbert to each peer, and how
-many lines get ids different from Hugging Face's.
+Tokenizes real text, one line each, from examples/data/: English (the MR movie
+reviews and Jane Austen's novels), or with `--corpus multilingual` German, French
+and Dutch reviews and Chinese STS-B sentences. Prints throughput in MB/s and
+lines/s, the ratio of kbert to each peer, and how many lines get ids different
+from Hugging Face's.
 
 `--tokenizer wordpiece` (the default): kbert's BertTokenizer with the uncased
 all-MiniLM-L6-v2 vocabulary. `--tokenizer bpe`: kbert's BytePairTokenizer
-with a RoBERTa-sized (50,265) byte-level BPE trained on the same corpus by
+with a RoBERTa-sized (50,265) byte-level BPE trained on both corpora by
 Hugging Face `tokenizers` (no RoBERTa checkpoint is installed here), against
 `RobertaTokenizerFast`.
 
@@ -16,7 +18,8 @@ BertTokenizer when `keras_hub` is installed. Runs alternate between tokenizers
 and each figure is the median of `--passes` passes.
 
 Usage:
-    python benchmarks/tokenization.py [--tokenizer wordpiece|bpe] [--passes 3] [--batch-size 1024]
+    python benchmarks/tokenization.py [--tokenizer wordpiece|bpe] [--corpus english|multilingual]
+                                      [--passes 3] [--batch-size 1024]
 """
 
 import argparse
@@ -47,6 +50,15 @@ def read_corpus():
             lines += [row[0] for row in rows]
     with gzip.open(os.path.join(DATA, "austen.txt.gz"), "rt", encoding="utf-8") as f:
         lines += [line for line in f.read().splitlines() if line.strip()]
+    return lines
+
+
+def read_multilingual_corpus():
+    """German, French and Dutch reviews and Chinese STS-B sentences, one line each."""
+    lines = []
+    for path in ("multilingual_polarity/subset.tsv", "stsb_zh/test.tsv"):
+        with open(os.path.join(DATA, path), encoding="utf-8") as f:
+            lines += [line for line in f.read().splitlines()[1:] if line.strip()]
     return lines
 
 
@@ -123,7 +135,7 @@ def keras_hub_runner(folder, lines, batch_size):
 
 
 def byte_pair_folder(lines, folder):
-    """A RoBERTa tokenizer folder: byte-level BPE with RoBERTa's vocabulary size, trained on `lines`."""
+    """A RoBERTa tokenizer folder: byte-level BPE with RoBERTa's vocabulary size (at most), trained on `lines`."""
     trainer = tokenizers.ByteLevelBPETokenizer()
     trainer.train_from_iterator(lines, vocab_size=50265, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
                                 show_progress=False)
@@ -135,13 +147,15 @@ def byte_pair_folder(lines, folder):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", choices=("wordpiece", "bpe"), default="wordpiece")
+    parser.add_argument("--corpus", choices=("english", "multilingual"), default="english",
+                        help="english: MR + Austen; multilingual: de/fr/nl reviews + Chinese STS-B")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1024)
     args = parser.parse_args()
 
-    lines = read_corpus()
+    lines = read_multilingual_corpus() if args.corpus == "multilingual" else read_corpus()
     if args.tokenizer == "bpe":
-        folder = byte_pair_folder(lines, tempfile.mkdtemp())
+        folder = byte_pair_folder(read_corpus() + read_multilingual_corpus(), tempfile.mkdtemp())
         kbert_name = "kbert BytePairTokenizer (tf.data)"
         runners = {
             kbert_name: kbert_runner(folder, lines, args.batch_size, BytePairTokenizer),
@@ -158,7 +172,7 @@ def main():
             "HF BertTokenizerFast": transformers_runner(folder, lines, args.batch_size),
         }
     megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
-    print(f"Corpus: {len(lines):,} lines, {megabytes:.2f} MB (MR + Austen); "
+    print(f"Corpus: {len(lines):,} lines, {megabytes:.2f} MB ({args.corpus}); "
           f"batch size {args.batch_size}; {os.cpu_count()} CPU cores; median of {args.passes} passes.")
 
     if args.tokenizer == "wordpiece":

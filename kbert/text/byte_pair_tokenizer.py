@@ -126,13 +126,14 @@ class _Tokenization:
         word_of_piece = row_ids(pieces)
         segment_of_piece = tf.gather(word_segment, word_of_piece)
         segment_start = tf.gather(segment_starts.flat_values, segment_of_piece)
-        piece_starts = tf.gather(starts.flat_values, word_of_piece) + before - tf.gather(prefixed, segment_of_piece)
-        piece_starts = segment_start + tf.maximum(piece_starts, 0)
-        piece_ends = tf.minimum(piece_starts + lengths, tf.gather(segment_ends.flat_values, segment_of_piece))
+        # (The space put before a segment is in no byte of the text.)
+        in_segment = tf.gather(starts.flat_values, word_of_piece) + before - tf.gather(prefixed, segment_of_piece)
+        piece_starts = segment_start + tf.maximum(in_segment, 0)
+        piece_ends = segment_start + tf.maximum(in_segment + lengths, 0)
         # A special token's span is the token, not the whitespace it took.
-        segment_text = tf.gather(segments.flat_values, segment_of_piece)
-        lead = tf.cast(tf.strings.length(segment_text) - tf.strings.length(
-            tf.strings.regex_replace(segment_text, f"^{byte_pair.WHITESPACE}+", "")), tf.int64)
+        lead = tf.cast(tf.strings.length(segments.flat_values) - tf.strings.length(
+            tf.strings.regex_replace(segments.flat_values, f"^{byte_pair.WHITESPACE}+", "")), tf.int64)
+        lead = tf.gather(lead, segment_of_piece)
         piece_special = tf.gather(word_special, word_of_piece) >= 0
         piece_starts = tf.where(piece_special, segment_start + lead, piece_starts)
         piece_ends = tf.where(piece_special, segment_start + lead + lengths, piece_ends)
@@ -301,8 +302,9 @@ class BytePairTokenizer(tf.Module):
             int32, starts and ends int64. Bytes `starts[i][k]:ends[i][k]` of
             `texts[i]` are piece `k`'s. They equal Hugging Face's
             `offset_mapping` in bytes, except for a piece that holds part of a
-            character: its span is its own bytes, Hugging Face's the whole
-            character.
+            character (its span is its own bytes, Hugging Face's the whole
+            character) and, with `add_prefix_space`, a piece of only the
+            added space after a special token (here empty where it was added).
         """
         return self._tokenization.tokenize_with_byte_spans(tf.convert_to_tensor(texts, tf.string))
 

@@ -95,11 +95,12 @@ def test_add_prefix_space_tokenizes_the_first_word_as_any_other(folder):
     theirs = transformers.RobertaTokenizerFast.from_pretrained(str(folder), add_prefix_space=True)
     texts = ["Hello world", " Hello", "a <mask> b", "", "\nx"]
     assert ours(texts).to_list() == hf_ids(theirs, texts)
-    assert ours("Hello").numpy().tolist() == tokenizer_ids(ours, " Hello")
-
-
-def tokenizer_ids(tokenizer, text):
-    return tokenizer(text).numpy().tolist()
+    assert ours("Hello").numpy().tolist() == ours(" Hello").numpy().tolist()
+    # The added space is in no byte of the text.
+    texts = ["Hello world", " Hello", "\nx", "  two"]
+    _, starts, ends = ours.tokenize_with_byte_spans(texts)
+    offsets = theirs(texts, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    assert [list(zip(s, e)) for s, e in zip(starts.to_list(), ends.to_list())] == [list(o) for o in offsets]
 
 
 def test_byte_spans_equal_hugging_face_offsets(tokenizer, hf):
