@@ -12,6 +12,11 @@ The pattern here matches such a run one character at a time (a run that
 ends the text whole), and `_join_spaces` joins the characters back.
 Oniguruma's `\\s` (which `tokenizers` uses) is Unicode whitespace; RE2's is
 ASCII, so it is spelled out.
+
+The merges run over all words of a batch in one `tf.while_loop`: each round
+merges, in every word, each occurrence of the word's lowest-ranked pair
+(from the left), as Hugging Face's BPE does one pair at a time; a word with
+no pair left leaves the loop.
 """
 
 from kbert.text._tf_text import regex_split_with_offsets

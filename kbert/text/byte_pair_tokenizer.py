@@ -10,7 +10,10 @@ says), the rest is split into GPT-2's words (`kbert.text.byte_pair`), and
 each word's bytes are merged by rank. A word that BPE makes one token (most
 words of the language the vocabulary was trained on) is looked up in a hash
 table instead: the merge loop then runs over the other words only, and only
-as many rounds as the longest of them needs.
+as many rounds as the longest of them needs. (SentencePiece's BPE, which
+tensorflow-text runs in C++, scores pieces, not pairs: it may merge two
+pieces that Hugging Face's merges never join, so it is not used. Splitting
+into words costs more than merging: docs/benchmarks.md, Tokenization.)
 """
 
 import os
@@ -209,8 +212,8 @@ class BytePairTokenizer(tf.Module):
     Example:
     >>> tokenizer = BytePairTokenizer(["<s>", "<pad>", "</s>", "<unk>", "<mask>", "a", "b", "Ġ", "ab", "Ġab"],
     ...                               ["a b", "Ġ ab"])
-    >>> tokenizer(["ab ab", "a <mask>"])
-    <tf.RaggedTensor [[8, 9], [5, 4]]>
+    >>> tokenizer(["ab ab", "a <mask>"]).to_list()
+    [[8, 9], [5, 4]]
     >>> tokenizer.detokenize([8, 9]).numpy().decode()
     'ab ab'
     """
