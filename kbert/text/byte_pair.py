@@ -56,44 +56,58 @@ def bytes_to_unicode():
 def pre_tokenize(texts):
     """GPT-2's words of each text, with their byte spans: `(words, starts,
     ends)`, ragged `[texts, (words)]`."""
-    starts, ends = _split(texts)
+    words, starts, ends = _split(texts)
     # Only a run of two or more whitespace characters has characters to join.
     runs = tf.strings.regex_full_match(texts, f"(?s).*{WHITESPACE}{WHITESPACE}.*")
-    starts, ends = tf.cond(tf.reduce_any(runs), lambda: _join_spaces(texts, starts, ends), lambda: (starts, ends))
-    words = tf.strings.substr(repeat(texts, starts.row_lengths()), starts.flat_values,
-                              ends.flat_values - starts.flat_values)
-    return starts.with_flat_values(words), starts, ends
+    words, starts, ends = tf.cond(tf.reduce_any(runs), lambda: _join_spaces(words, starts, ends),
+                                  lambda: (words, starts, ends))
+    return as_written(texts, words, starts, ends), starts, ends
+
+
+def regex_split(texts, pattern):
+    """`regex_split_with_offsets` keeping every piece, with U+0001 standing
+    for U+0000 in the pieces (the kernel ends a string at U+0000; U+0001 is
+    of its class): `(pieces, starts, ends)`, ragged `[texts, (pieces)]`."""
+    return regex_split_with_offsets(tf.strings.regex_replace(texts, r"\x00", "\x01"), pattern, "(?s).+")
+
+
+def as_written(texts, pieces, starts, ends):
+    """`pieces` (of `regex_split`) as `texts` has them: with U+0000 again.
+    Only a batch with U+0000 in it cuts them out of the texts again, which
+    copies each text once per piece."""
+    has_nul = tf.reduce_any(tf.strings.regex_full_match(texts, r"(?s).*\x00.*"))
+    flat = tf.cond(has_nul, lambda: tf.strings.substr(repeat(texts, starts.row_lengths()), starts.flat_values,
+                                                        ends.flat_values - starts.flat_values),
+                   lambda: pieces.flat_values)
+    return pieces.with_flat_values(flat)
 
 
 def _split(texts):
-    """The byte spans of the words of GPT-2's pattern with one character for
-    each whitespace character not at the end: ragged `[texts, (words)]`."""
-    # regex_split ends a string at U+0000; U+0001 is in the same class.
-    texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
+    """The words of GPT-2's pattern with one word for each whitespace
+    character not at the end: `(words, starts, ends)`, ragged `[texts, (words)]`."""
     ascii = tf.strings.regex_full_match(texts, r"[\x00-\x7f]*")
     latin = tf.strings.regex_full_match(texts, r"[\x00-\x{24F}]*")
 
     def split(rows, pattern):
-        return regex_split_with_offsets(tf.gather(texts, rows), pattern, "(?s).+")[1:]
+        return regex_split(tf.gather(texts, rows), pattern)
 
     def each_with_its_pattern():
         groups = [tf.where(ascii)[:, 0], tf.where(latin & ~ascii)[:, 0], tf.where(~latin)[:, 0]]
-        spans = [split(rows, pattern) for rows, pattern in zip(groups, (ASCII_WORD, LATIN_WORD, WORD))]
+        splits = [split(rows, pattern) for rows, pattern in zip(groups, (ASCII_WORD, LATIN_WORD, WORD))]
         order = tf.math.invert_permutation(tf.concat(groups, 0))
-        return tuple(tf.gather(tf.concat(parts, 0), order) for parts in zip(*spans))
+        return tuple(tf.gather(tf.concat(parts, 0), order) for parts in zip(*splits))
 
     return tf.cond(tf.reduce_all(ascii), lambda: split(tf.range(tf.size(texts, tf.int64)), ASCII_WORD),
                    each_with_its_pattern)
 
 
-def _join_spaces(texts, starts, ends):
+def _join_spaces(words, starts, ends):
     """Joins the one-character words of a whitespace run that `\\s+(?!\\S)`
     matches as one: all but the run's last character when that character
     stands alone (it is not a space, which starts the next word)."""
-    flat_starts, flat_ends = starts.flat_values, ends.flat_values
-    words = tf.strings.substr(repeat(texts, starts.row_lengths()), flat_starts, flat_ends - flat_starts)
-    single = tf.strings.regex_full_match(words, WHITESPACE)
-    starts_with_space = tf.strings.regex_full_match(words, f"(?s){WHITESPACE}.*")
+    flat_words = words.flat_values
+    single = tf.strings.regex_full_match(flat_words, WHITESPACE)
+    starts_with_space = tf.strings.regex_full_match(flat_words, f"(?s){WHITESPACE}.*")
     rows = row_ids(starts)
     same_row_as_next = tf.concat([tf.equal(rows[1:], rows[:-1]), [False]], 0)
     # Before a word that starts with no whitespace, a lone character stands alone.
@@ -101,12 +115,12 @@ def _join_spaces(texts, starts, ends):
     joins = tf.concat([[False], single[:-1] & ~alone[:-1] & same_row_as_next[:-1]], 0) & single & ~alone
     group = tf.cumsum(tf.cast(~joins, tf.int64)) - 1
     groups = tf.reduce_sum(tf.cast(~joins, tf.int64))
-    new_starts = tf.math.unsorted_segment_min(flat_starts, group, groups)
-    new_ends = tf.math.unsorted_segment_max(flat_ends, group, groups)
     row_splits = tf.concat([[0], tf.cumsum(tf.math.unsorted_segment_sum(
         tf.cast(~joins, tf.int64), rows, starts.nrows()))], 0)
-    return (tf.RaggedTensor.from_row_splits(new_starts, row_splits, validate=False),
-            tf.RaggedTensor.from_row_splits(new_ends, row_splits, validate=False))
+    return tuple(tf.RaggedTensor.from_row_splits(values, row_splits, validate=False) for values in (
+        tf.strings.unsorted_segment_join(flat_words, group, groups),
+        tf.math.unsorted_segment_min(starts.flat_values, group, groups),
+        tf.math.unsorted_segment_max(ends.flat_values, group, groups)))
 
 
 class Merges:

@@ -22,9 +22,8 @@ import weakref
 from kbert.presets import files
 from kbert.presets.byte_pair_files import parse_merge, read_merges, read_preset, read_vocabulary, write_preset
 from kbert.text import byte_pair
-from kbert.text._tf_text import regex_split_with_offsets
 from kbert.text.pre_tokenization import any_of_pattern
-from kbert.text.ragged import merge_rows, position_in_row, repeat, row_ids
+from kbert.text.ragged import position_in_row, repeat, row_ids
 from kbert.tf_if_present import tf
 
 CLS, PAD, SEP, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
@@ -150,12 +149,8 @@ class _Tokenization:
             zeros = tf.zeros(tf.shape(texts), tf.int64)
             ends = tf.cast(tf.strings.length(texts), tf.int64)
             return tuple(tf.RaggedTensor.from_tensor(t[:, None]) for t in (texts, zeros, ends))
-        pattern = "|".join(f"(?:{p})" for p in self.special_patterns)
-        _, starts, ends = regex_split_with_offsets(tf.strings.regex_replace(texts, r"\x00", "\x01"), pattern,
-                                                   "(?s).+")
-        segments = tf.strings.substr(repeat(texts, starts.row_lengths()), starts.flat_values,
-                                     ends.flat_values - starts.flat_values)
-        return starts.with_flat_values(segments), starts, ends
+        segments, starts, ends = byte_pair.regex_split(texts, "|".join(f"(?:{p})" for p in self.special_patterns))
+        return byte_pair.as_written(texts, segments, starts, ends), starts, ends
 
     def _trim(self, ids, starts, ends):
         """Hugging Face's `trim_offsets`: a piece's span leaves out the spaces
@@ -222,7 +217,9 @@ class BytePairTokenizer(tf.Module):
                  rstrip_tokens=()):
         super().__init__(name="byte_pair_tokenizer")
         vocabulary = read_vocabulary(vocabulary) if isinstance(vocabulary, (str, os.PathLike)) else list(vocabulary)
-        merges = read_merges(merges) if isinstance(merges, (str, os.PathLike)) else [parse_merge(m, "merges") for m in merges]
+        if isinstance(merges, (str, os.PathLike)):
+            merges = read_merges(merges)
+        merges = [parse_merge(m, "merges") for m in merges]
         self.add_prefix_space = bool(add_prefix_space)
         self.trim_offsets = bool(trim_offsets)
         self.lstrip_tokens = tuple(lstrip_tokens)
