@@ -6,8 +6,9 @@ as `"a b"` strings or `[a, b]` pairs), else from `vocab.json` and
 `tokenizer_config.json` (what transformers' `RobertaTokenizer` builds its
 pre-tokenizer from), else from `tokenizer.json`; which special tokens take
 the whitespace around them (`lstrip`, `rstrip`) from `tokenizer.json`'s
-added tokens, else `tokenizer_config.json`'s, else RoBERTa's (`<mask>`
-lstrips).
+added tokens, else `tokenizer_config.json`'s, else none, as transformers 5
+reads such a folder (transformers 4 made `<mask>` lstrip there; RoBERTa's
+own `tokenizer.json` says it lstrips).
 
 Written: all five files, saying the same thing.
 """
@@ -88,7 +89,7 @@ def read_preset(folder):
         "merges": merges,
         "add_prefix_space": bool(setting("add_prefix_space", False)),
         "trim_offsets": bool(setting("trim_offsets", True)),
-        "lstrip_tokens": [t["content"] for t in added if t.get("lstrip")] if added else ["<mask>"],
+        "lstrip_tokens": [t["content"] for t in added if t.get("lstrip")],
         "rstrip_tokens": [t["content"] for t in added if t.get("rstrip")],
     }
 

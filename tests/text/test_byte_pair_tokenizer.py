@@ -167,6 +167,14 @@ def test_reads_merges_as_strings_or_pairs_and_vocab_json(folder, tokenizer, tmp_
     assert from_files(texts).to_list() == tokenizer(texts).to_list()
 
 
+def test_folder_of_vocab_json_and_merges_txt_reads_as_transformers_reads_it(folder, tmp_path):
+    for name in ("vocab.json", "merges.txt"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    texts = EDGE_TEXTS
+    theirs = transformers.RobertaTokenizerFast.from_pretrained(str(tmp_path))
+    assert BytePairTokenizer.from_preset(tmp_path)(texts).to_list() == hf_ids(theirs, texts)
+
+
 def test_config_round_trip_gives_the_same_ids(tokenizer):
     rebuilt = BytePairTokenizer.from_config(json.loads(json.dumps(tokenizer.get_config())))
     assert rebuilt(EDGE_TEXTS).to_list() == tokenizer(EDGE_TEXTS).to_list()
