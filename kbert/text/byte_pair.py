@@ -194,24 +194,3 @@ def _every_other_of_runs(chosen):
     run_start = tf.math.unsorted_segment_min(tf.where(chosen, position, tf.int64.max), run,
                                              tf.size(chosen, tf.int64) + 1)
     return chosen & tf.equal((position - tf.gather(run_start, run)) % 2, 0)
-
-
-def bpe(symbols, ranks):
-    """Hugging Face's BPE of one word in Python: `symbols` (a list of
-    tokens) merged by `ranks` (pair -> rank), lowest rank first."""
-    symbols = list(symbols)
-    while len(symbols) > 1:
-        pairs = [ranks.get(pair) for pair in zip(symbols, symbols[1:])]
-        lowest = min((r for r in pairs if r is not None), default=None)
-        if lowest is None:
-            break
-        merged, i = [], 0
-        while i < len(symbols):
-            if i + 1 < len(symbols) and pairs[i] == lowest:
-                merged.append(symbols[i] + symbols[i + 1])
-                i += 2
-            else:
-                merged.append(symbols[i])
-                i += 1
-        symbols = merged
-    return symbols

@@ -66,16 +66,19 @@ class _Tokenization:
                     raise ValueError(f'The merge "{left} {right}" uses "{token}", which is not in the vocabulary; '
                                      "the vocabulary and merges must come from one trained tokenizer.")
         self.merges = byte_pair.Merges(vocabulary.ids, merges, _BYTE_CHARS)
-        ranks = {pair: rank for rank, pair in enumerate(merges)}
         self.specials = [t for t in SPECIAL_TOKENS if t in vocabulary.ids]
-        # Words that BPE makes a single token, looked up rather than merged.
+        # Words that BPE makes a single token, looked up rather than merged:
+        # the tokens whose own bytes the merges make that token.
+        candidates = [(i, raw) for i, raw in enumerate(map(_token_bytes, vocabulary.tokens))
+                      if raw is not None and vocabulary.tokens[i] not in self.specials]
         words, word_ids = [], []
-        for i, token in enumerate(vocabulary.tokens):
-            raw = _token_bytes(token)
-            if token not in self.specials and raw is not None and byte_pair.bpe(
-                    [_BYTE_CHARS[b] for b in raw], ranks) == [token]:
-                words.append(raw)
-                word_ids.append(i)
+        if candidates:
+            with tf.init_scope():  # (eagerly, even where a graph builds the tokenizer)
+                pieces = tf.function(self.merges.encode, autograph=False)(tf.constant([w for _, w in candidates]))
+            for (i, raw), token_pieces in zip(candidates, pieces.to_list()):
+                if token_pieces == [i]:
+                    words.append(raw)
+                    word_ids.append(i)
         self.single_tokens = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(tf.constant(words or [b""]), tf.constant(word_ids or [-1], tf.int64)),
             default_value=-1)
