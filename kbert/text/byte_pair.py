@@ -153,37 +153,38 @@ class Merges:
             tf.cast(known, tf.int64), row_ids(chars), chars.nrows()))], 0)
         ids = tf.boolean_mask(ids, known)
 
-        lengths = row_splits[1:] - row_splits[:-1]
-        empty = tf.zeros([0], tf.int64)
+        words = tf.size(row_splits, tf.int64) - 1
 
-        def merge(ids, lengths, index, done_ids, done_lengths, done_index):
-            word = row_ids_of_splits(tf.concat([[0], tf.cumsum(lengths)], 0))
+        def merge(round, ids, word, index, done_ids, done_words):
+            # word: each symbol's word among those left; index: each such word's row in `words`.
             same_word = tf.equal(word[1:], word[:-1])
             values = self.pair_table.lookup(ids[:-1] * _KEY_BASE + ids[1:])
             values = tf.where(same_word, values, tf.int64.max)
             # Hugging Face merges the pair of lowest rank first, each of its
             # occurrences from the left; a merge makes a pair of higher rank.
-            lowest = tf.math.unsorted_segment_min(values, word[:-1], tf.size(lengths, tf.int64))
+            lowest = tf.math.unsorted_segment_min(values, word[:-1], tf.size(index, tf.int64))
             chosen = tf.equal(values, tf.gather(lowest, word[:-1])) & (values < tf.int64.max)
             chosen = _every_other_of_runs(chosen)
             merged = tf.concat([tf.where(chosen, values % _KEY_BASE, ids[:-1]), ids[-1:]], 0)
-            kept = ~tf.concat([[False], chosen], 0)
-            lengths -= tf.math.unsorted_segment_sum(tf.cast(~kept, tf.int64), word, tf.size(lengths, tf.int64))
             # A word without a pair to merge is done: it leaves the loop, so
             # that the rounds a long word needs cost its own length only.
             done = tf.equal(lowest, tf.int64.max)
             done_symbol = tf.gather(done, word)
-            return (tf.boolean_mask(merged, kept & ~done_symbol), tf.boolean_mask(lengths, ~done),
-                    tf.boolean_mask(index, ~done), tf.concat([done_ids, tf.boolean_mask(ids, done_symbol)], 0),
-                    tf.concat([done_lengths, tf.boolean_mask(lengths, done)], 0),
-                    tf.concat([done_index, tf.boolean_mask(index, done)], 0))
+            done_ids = done_ids.write(round, tf.boolean_mask(ids, done_symbol))
+            done_words = done_words.write(round, tf.gather(index, tf.boolean_mask(word, done_symbol)))
+            kept = ~tf.concat([[False], chosen], 0) & ~done_symbol
+            word = tf.gather(tf.cumsum(tf.cast(~done, tf.int64), exclusive=True), tf.boolean_mask(word, kept))
+            return (round + 1, tf.boolean_mask(merged, kept), word, tf.boolean_mask(index, ~done), done_ids,
+                    done_words)
 
-        _, _, _, ids, lengths, index = tf.while_loop(
-            lambda ids, lengths, *_: tf.size(lengths) > 0, merge,
-            (ids, lengths, tf.range(tf.size(lengths, tf.int64)), empty, empty, empty),
-            shape_invariants=(tf.TensorShape([None]),) * 6)
-        pieces = tf.RaggedTensor.from_row_lengths(ids, lengths, validate=False)
-        return tf.gather(pieces, tf.math.invert_permutation(index))
+        arrays = [tf.TensorArray(tf.int64, size=0, dynamic_size=True, infer_shape=False) for _ in range(2)]
+        *_, done_ids, done_words = tf.while_loop(
+            lambda round, ids, word, index, *_: tf.size(index) > 0, merge,
+            (0, ids, row_ids_of_splits(row_splits), tf.range(words), *arrays))
+        done_words = done_words.concat()
+        order = tf.argsort(done_words, stable=True)
+        return tf.RaggedTensor.from_value_rowids(tf.gather(done_ids.concat(), order), tf.gather(done_words, order),
+                                                 nrows=words, validate=False)
 
 
 def _every_other_of_runs(chosen):
