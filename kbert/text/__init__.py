@@ -13,6 +13,7 @@ import importlib.util
 _MODULES = {
     "BertTokenizer": "tokenizer",
     "SentencePieceTokenizer": "sentencepiece_tokenizer",
+    "BytePairTokenizer": "byte_pair_tokenizer",
     "train_wordpiece_vocabulary": "vocabulary",
     "SegmentPacker": "packing",
     "truncate_segments": "packing",

@@ -9,6 +9,7 @@ from kbert.presets import files
 from kbert.presets.files import get_preset_dir
 from kbert.text import pipeline
 from kbert.text.offsets import cut_after_words
+from kbert.text.byte_pair_tokenizer import BytePairTokenizer
 from kbert.text.packing import SegmentPacker
 from kbert.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from kbert.text.tokenizer import BertTokenizer
@@ -325,7 +326,7 @@ def _all_text(spec):
 
 def tokenizer_class(name):
     """A kbert tokenizer class by name, as a saved config names it."""
-    tokenizers = {klass.__name__: klass for klass in (BertTokenizer, SentencePieceTokenizer)}
+    tokenizers = {klass.__name__: klass for klass in (BertTokenizer, BytePairTokenizer, SentencePieceTokenizer)}
     if name not in tokenizers:
         raise ValueError(f"Unknown tokenizer class {name!r}; kbert's are {', '.join(tokenizers)}.")
     return tokenizers[name]

@@ -1,0 +1,199 @@
+"""Byte-level BPE (GPT-2, RoBERTa) as TensorFlow ops: the byte-to-unicode map,
+GPT-2's pre-tokenization and merges by rank.
+
+Hugging Face's `ByteLevel` pre-tokenizer splits text with GPT-2's pattern
+
+    's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+
+
+RE2 has no lookahead. `\\s+(?!\\S)` matters only in a run of whitespace
+followed by more text: the run less its last character is one word, and the
+last character starts the next word if it is a space, else is a word alone.
+The pattern here matches such a run one character at a time (a run that
+ends the text whole), and `_join_spaces` joins the characters back.
+Oniguruma's `\\s` (which `tokenizers` uses) is Unicode whitespace; RE2's is
+ASCII, so it is spelled out.
+
+The merges run over all words of a batch in one `tf.while_loop`: each round
+merges, in every word, each occurrence of the word's lowest-ranked pair
+(from the left), as Hugging Face's BPE does one pair at a time; a word with
+no pair left leaves the loop. A word costs its length times the rounds it
+needs, at most the merges it goes through: natural words a few rounds, a
+20,000-letter word of random letters about a second.
+"""
+
+from kbert.text._tf_text import regex_split_with_offsets
+from kbert.text.ragged import repeat, row_ids, row_ids_of_splits
+from kbert.tf_if_present import tf
+
+WHITESPACE = r"[\t\n\x0B\f\r\x{85}\p{Z}]"
+_NOT_SPACE_CLASS = r"[^\t\n\x0B\f\r\x{85}\p{Z}\p{L}\p{N}]"
+WORD = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?" + _NOT_SPACE_CLASS + "+|"
+        + WHITESPACE + r"+\z|" + WHITESPACE)
+# The same pattern for text of Latin letters (up to U+024F) and for ASCII,
+# with their classes spelled out for that range: RE2 splits with them two and
+# four times as fast as with the Unicode classes.
+_LATIN_LETTER = r"A-Za-z\x{AA}\x{B5}\x{BA}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{24F}"
+_LATIN_NUMBER = r"0-9\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE}"
+_LATIN_SPACE = r"\t\n\x0B\f\r \x{85}\x{A0}"
+LATIN_WORD = (rf"'s|'t|'re|'ve|'m|'ll|'d| ?[{_LATIN_LETTER}]+| ?[{_LATIN_NUMBER}]+| ?[^{_LATIN_SPACE}{_LATIN_LETTER}"
+              rf"{_LATIN_NUMBER}]+|[{_LATIN_SPACE}]+\z|[{_LATIN_SPACE}]")
+_ASCII_SPACE = r"[\t\n\x0B\f\r ]"
+ASCII_WORD = (r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\t\n\x0B\f\r A-Za-z0-9]+|"
+              + _ASCII_SPACE + r"+\z|" + _ASCII_SPACE)
+# Beyond any real vocabulary: a pair's key is left * _KEY_BASE + right.
+_KEY_BASE = 1 << 21
+
+
+def bytes_to_unicode():
+    """GPT-2's map from each byte to a printable character: printable Latin-1
+    bytes stand for themselves, the others for characters from U+0100 on."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + len(chars) - len(printable))
+    return chars
+
+
+def pre_tokenize(texts):
+    """GPT-2's words of each text, with their byte spans: `(words, starts,
+    ends)`, ragged `[texts, (words)]`."""
+    words, starts, ends = _split(texts)
+    # Only a run of two or more whitespace characters has characters to join.
+    runs = tf.strings.regex_full_match(texts, f"(?s).*{WHITESPACE}{WHITESPACE}.*")
+    words, starts, ends = tf.cond(tf.reduce_any(runs), lambda: _join_spaces(words, starts, ends),
+                                  lambda: (words, starts, ends))
+    return as_written(texts, words, starts, ends), starts, ends
+
+
+def regex_split(texts, pattern):
+    """`regex_split_with_offsets` keeping every piece, with U+0001 standing
+    for U+0000 in the pieces (the kernel ends a string at U+0000; U+0001 is
+    of its class): `(pieces, starts, ends)`, ragged `[texts, (pieces)]`."""
+    return regex_split_with_offsets(tf.strings.regex_replace(texts, r"\x00", "\x01"), pattern, "(?s).+")
+
+
+def as_written(texts, pieces, starts, ends):
+    """`pieces` (of `regex_split`) as `texts` has them: with U+0000 again.
+    Only a batch with U+0000 in it cuts them out of the texts again, which
+    copies each text once per piece."""
+    has_nul = tf.reduce_any(tf.strings.regex_full_match(texts, r"(?s).*\x00.*"))
+    flat = tf.cond(has_nul, lambda: tf.strings.substr(repeat(texts, starts.row_lengths()), starts.flat_values,
+                                                        ends.flat_values - starts.flat_values),
+                   lambda: pieces.flat_values)
+    return pieces.with_flat_values(flat)
+
+
+def _split(texts):
+    """The words of GPT-2's pattern with one word for each whitespace
+    character not at the end: `(words, starts, ends)`, ragged `[texts, (words)]`."""
+    ascii = tf.strings.regex_full_match(texts, r"[\x00-\x7f]*")
+    latin = tf.strings.regex_full_match(texts, r"[\x00-\x{24F}]*")
+
+    def split(rows, pattern):
+        return regex_split(tf.gather(texts, rows), pattern)
+
+    def each_with_its_pattern():
+        groups = [tf.where(ascii)[:, 0], tf.where(latin & ~ascii)[:, 0], tf.where(~latin)[:, 0]]
+        splits = [split(rows, pattern) for rows, pattern in zip(groups, (ASCII_WORD, LATIN_WORD, WORD))]
+        order = tf.math.invert_permutation(tf.concat(groups, 0))
+        return tuple(tf.gather(tf.concat(parts, 0), order) for parts in zip(*splits))
+
+    return tf.cond(tf.reduce_all(ascii), lambda: split(tf.range(tf.size(texts, tf.int64)), ASCII_WORD),
+                   each_with_its_pattern)
+
+
+def _join_spaces(words, starts, ends):
+    """Joins the one-character words of a whitespace run that `\\s+(?!\\S)`
+    matches as one: all but the run's last character when that character
+    stands alone (it is not a space, which starts the next word)."""
+    flat_words = words.flat_values
+    single = tf.strings.regex_full_match(flat_words, WHITESPACE)
+    starts_with_space = tf.strings.regex_full_match(flat_words, f"(?s){WHITESPACE}.*")
+    rows = row_ids(starts)
+    same_row_as_next = tf.concat([tf.equal(rows[1:], rows[:-1]), [False]], 0)
+    # Before a word that starts with no whitespace, a lone character stands alone.
+    alone = single & same_row_as_next & ~tf.concat([starts_with_space[1:], [True]], 0)
+    joins = tf.concat([[False], single[:-1] & ~alone[:-1] & same_row_as_next[:-1]], 0) & single & ~alone
+    group = tf.cumsum(tf.cast(~joins, tf.int64)) - 1
+    groups = tf.reduce_sum(tf.cast(~joins, tf.int64))
+    row_splits = tf.concat([[0], tf.cumsum(tf.math.unsorted_segment_sum(
+        tf.cast(~joins, tf.int64), rows, starts.nrows()))], 0)
+    return tuple(tf.RaggedTensor.from_row_splits(values, row_splits, validate=False) for values in (
+        tf.strings.unsorted_segment_join(flat_words, group, groups),
+        tf.math.unsorted_segment_min(starts.flat_values, group, groups),
+        tf.math.unsorted_segment_max(ends.flat_values, group, groups)))
+
+
+class Merges:
+    """The merges as hash tables: each pair of ids to its rank and the id it
+    merges into, and each byte to its one-byte token's id."""
+
+    def __init__(self, token_ids, merges, byte_chars):
+        self.byte_table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant([bytes([b]) for b in range(256)]),
+                tf.constant([token_ids.get(byte_chars[b], -1) for b in range(256)], tf.int64)),
+            default_value=-1)
+        keys, values = [], []
+        for rank, (left, right) in enumerate(merges):
+            keys.append(token_ids[left] * _KEY_BASE + token_ids[right])
+            values.append(rank * _KEY_BASE + token_ids[left + right])
+        self.pair_table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(tf.constant(keys or [-1], tf.int64),
+                                                tf.constant(values or [-1], tf.int64)),
+            default_value=tf.int64.max)
+
+    def encode(self, words):
+        """The BPE ids of each word (a 1-D string tensor of raw bytes):
+        ragged `[words, (pieces)]`, int64. Bytes without a token are dropped,
+        as Hugging Face's BPE drops them where there is no unknown token."""
+        chars = tf.strings.bytes_split(words)
+        ids = self.byte_table.lookup(chars.flat_values)
+        known = ids >= 0
+        row_splits = tf.concat([[0], tf.cumsum(tf.math.unsorted_segment_sum(
+            tf.cast(known, tf.int64), row_ids(chars), chars.nrows()))], 0)
+        ids = tf.boolean_mask(ids, known)
+
+        words = tf.size(row_splits, tf.int64) - 1
+
+        def merge(round, ids, word, index, done_ids, done_words):
+            # word: each symbol's word among those left; index: each such word's row in `words`.
+            same_word = tf.equal(word[1:], word[:-1])
+            values = self.pair_table.lookup(ids[:-1] * _KEY_BASE + ids[1:])
+            values = tf.where(same_word, values, tf.int64.max)
+            # Hugging Face merges the pair of lowest rank first, each of its
+            # occurrences from the left; a merge makes a pair of higher rank.
+            lowest = tf.math.unsorted_segment_min(values, word[:-1], tf.size(index, tf.int64))
+            chosen = tf.equal(values, tf.gather(lowest, word[:-1])) & (values < tf.int64.max)
+            chosen = _every_other_of_runs(chosen)
+            merged = tf.concat([tf.where(chosen, values % _KEY_BASE, ids[:-1]), ids[-1:]], 0)
+            # A word without a pair to merge is done: it leaves the loop, so
+            # that the rounds a long word needs cost its own length only.
+            done = tf.equal(lowest, tf.int64.max)
+            done_symbol = tf.gather(done, word)
+            done_ids = done_ids.write(round, tf.boolean_mask(ids, done_symbol))
+            done_words = done_words.write(round, tf.gather(index, tf.boolean_mask(word, done_symbol)))
+            kept = ~tf.concat([[False], chosen], 0) & ~done_symbol
+            word = tf.gather(tf.cumsum(tf.cast(~done, tf.int64), exclusive=True), tf.boolean_mask(word, kept))
+            return (round + 1, tf.boolean_mask(merged, kept), word, tf.boolean_mask(index, ~done), done_ids,
+                    done_words)
+
+        arrays = [tf.TensorArray(tf.int64, size=0, dynamic_size=True, infer_shape=False) for _ in range(2)]
+        *_, done_ids, done_words = tf.while_loop(
+            lambda round, ids, word, index, *_: tf.size(index) > 0, merge,
+            (0, ids, row_ids_of_splits(row_splits), tf.range(words), *arrays))
+        done_words = done_words.concat()
+        order = tf.argsort(done_words, stable=True)
+        return tf.RaggedTensor.from_value_rowids(tf.gather(done_ids.concat(), order), tf.gather(done_words, order),
+                                                 nrows=words, validate=False)
+
+
+def _every_other_of_runs(chosen):
+    """Of each run of consecutive chosen pairs (a a a: the same pair twice,
+    overlapping), the first, third, ...: the occurrences merged from the left."""
+    position = tf.range(tf.size(chosen, tf.int64))
+    run = tf.cumsum(tf.cast(~chosen, tf.int64))  # constant along a run
+    run_start = tf.math.unsorted_segment_min(tf.where(chosen, position, tf.int64.max), run,
+                                             tf.size(chosen, tf.int64) + 1)
+    return chosen & tf.equal((position - tf.gather(run_start, run)) % 2, 0)
