@@ -56,6 +56,38 @@ def xlmr_folder(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def roberta_folder(tmp_path_factory):
+    """A tiny RoBERTa classifier with a byte-level BPE trained here on MR."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    folder = tmp_path_factory.mktemp("roberta")
+    with open(DATA / "mr" / "train.tsv", encoding="utf-8") as f:
+        lines = [line.split("\t")[0] for line in f.read().splitlines()[1:]]
+    trainer = ByteLevelBPETokenizer()
+    trainer.train_from_iterator(lines, vocab_size=600, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                show_progress=False)
+    trainer.save_model(str(folder))
+    tokenizer = transformers.RobertaTokenizerFast.from_pretrained(str(folder))
+    tokenizer.save_pretrained(folder)
+    config_class, sizes = CONFIGS["roberta"]
+    config = config_class(**{**sizes, "vocab_size": len(tokenizer)}, num_labels=3)
+    nudged(transformers.RobertaForSequenceClassification(config)).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta"])
+def test_classifiers_on_texts_and_pairs_equal_transformers(family, request, tmp_path):
+    folder = request.getfixturevalue({"roberta": "roberta_folder", "xlm-roberta": "xlmr_folder"}[family])
+    model = kbert.BertClassifier.from_preset(str(folder), sequence_length=LENGTH)
+    np.testing.assert_allclose(model.predict(TEXTS_A, verbose=0), hf_logits(folder, TEXTS_A), atol=1e-4)
+    pairs = model.predict((TEXTS_A, TEXTS_B), verbose=0)
+    np.testing.assert_allclose(pairs, hf_logits(folder, TEXTS_A, TEXTS_B), atol=1e-4)
+    # Out to transformers, tokenizer and all.
+    model.export_to_transformers(str(tmp_path / "hf"))
+    np.testing.assert_allclose(hf_logits(tmp_path / "hf", TEXTS_A, TEXTS_B), pairs, atol=1e-4)
+
+
 def hf_logits(folder, texts_a, texts_b=None):
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     model = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
@@ -64,18 +96,13 @@ def hf_logits(folder, texts_a, texts_b=None):
         return model(**encoded).logits.numpy()
 
 
-def test_xlmr_classifier_on_texts_and_pairs_equals_transformers(xlmr_folder, tmp_path):
+def test_xlmr_classifier_reloads_from_transformers_and_kbert_folders(xlmr_folder, tmp_path):
     model = kbert.BertClassifier.from_preset(str(xlmr_folder), sequence_length=LENGTH)
     assert type(model.preprocessor.tokenizer).__name__ == "SentencePieceTokenizer"
     preprocessor = kbert.BertPreprocessor.from_preset(str(xlmr_folder), sequence_length=LENGTH)
     assert type(preprocessor.tokenizer).__name__ == "SentencePieceTokenizer"
-    np.testing.assert_allclose(model.predict(TEXTS_A, verbose=0), hf_logits(xlmr_folder, TEXTS_A), atol=1e-4)
     pairs = model.predict((TEXTS_A, TEXTS_B), verbose=0)
-    np.testing.assert_allclose(pairs, hf_logits(xlmr_folder, TEXTS_A, TEXTS_B), atol=1e-4)
-
-    # Out to transformers, tokenizer and all, and back into kbert.
     model.export_to_transformers(str(tmp_path / "hf"))
-    np.testing.assert_allclose(hf_logits(tmp_path / "hf", TEXTS_A, TEXTS_B), pairs, atol=1e-4)
     again = kbert.BertClassifier.from_preset(str(tmp_path / "hf"))
     np.testing.assert_allclose(again.predict((TEXTS_A, TEXTS_B), verbose=0), pairs, atol=1e-5)
     # kbert's own layout, settings and tokenizer included.
@@ -85,11 +112,13 @@ def test_xlmr_classifier_on_texts_and_pairs_equals_transformers(xlmr_folder, tmp
 
 
 @once
-def test_xlmr_saved_model_answers_like_predict(xlmr_folder, tmp_path):
-    model = kbert.BertClassifier.from_preset(str(xlmr_folder), sequence_length=LENGTH)
-    path = model.export(str(tmp_path / "xlmr" / "1"), pairs=True)
-    answers = serve({"pairs": (path, {"text": TEXTS_A, "text_pair": TEXTS_B})})
-    np.testing.assert_allclose(answers["pairs"]["logits"], model.predict((TEXTS_A, TEXTS_B), verbose=0), atol=1e-4)
+def test_saved_models_answer_like_predict(xlmr_folder, roberta_folder, tmp_path):
+    models = {name: kbert.BertClassifier.from_preset(str(folder), sequence_length=LENGTH)
+              for name, folder in (("xlmr", xlmr_folder), ("roberta", roberta_folder))}
+    answers = serve({name: (model.export(str(tmp_path / name / "1"), pairs=True),
+                            {"text": TEXTS_A, "text_pair": TEXTS_B}) for name, model in models.items()})
+    for name, model in models.items():
+        np.testing.assert_allclose(answers[name]["logits"], model.predict((TEXTS_A, TEXTS_B), verbose=0), atol=1e-4)
 
 
 def test_multilingual_e5_layout_embeds_like_sentence_transformers(xlmr_folder, tmp_path):
