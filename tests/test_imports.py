@@ -17,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "kbert"
 RANKS = {
     "tf_if_present": 0,
     "backend": 0,
+    "families": 0,  # what differs between encoder families: names and settings, no code above it
     "presets": 1,
     "layers": 1,
     "search": 1,
