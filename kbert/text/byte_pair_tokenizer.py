@@ -24,6 +24,7 @@ from kbert.presets.byte_pair_files import parse_merge, read_merges, read_preset,
 from kbert.text import byte_pair
 from kbert.text.pre_tokenization import any_of_pattern
 from kbert.text.ragged import position_in_row, repeat, row_ids
+from kbert.text.tokenizer_base import Tokenizer
 from kbert.tf_if_present import tf
 
 CLS, PAD, SEP, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
@@ -187,7 +188,7 @@ def _merge_where_needed(single, encode):
     return tf.cond(tf.reduce_any(needs), merge, lambda: if_single)
 
 
-class BytePairTokenizer(tf.Module):
+class BytePairTokenizer(Tokenizer):
     """RoBERTa's byte-level BPE tokenizer, as TensorFlow ops.
 
     Gives the same ids as Hugging Face's `RobertaTokenizerFast` with
@@ -216,6 +217,7 @@ class BytePairTokenizer(tf.Module):
     'ab ab'
     """
 
+    PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
     # How the preprocessor packs a pair: `<s> A </s></s> B </s>` (`kbert.text.packing`).
     pair_layout = "roberta"
 
@@ -270,33 +272,6 @@ class BytePairTokenizer(tf.Module):
                 "add_prefix_space": self.add_prefix_space, "trim_offsets": self.trim_offsets,
                 "lstrip_tokens": list(self.lstrip_tokens), "rstrip_tokens": list(self.rstrip_tokens)}
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __call__(self, texts):
-        """Tokenizes text into BPE ids, without adding special tokens.
-
-        Args:
-            texts: a str, a list of str, or a string tensor (dense of any
-                rank, or ragged).
-
-        Returns:
-            int32 ids: a 1-D tensor for a single string; otherwise a
-            `tf.RaggedTensor` with one more (ragged) dimension than `texts`.
-        """
-        if isinstance(texts, tf.RaggedTensor):
-            return texts.with_flat_values(self._tokenization.tokenize(texts.flat_values))
-        texts = tf.convert_to_tensor(texts, dtype=tf.string)
-        if texts.shape.rank == 1:
-            return self._tokenization.tokenize(texts)
-        ids = self._tokenization.tokenize(tf.reshape(texts, [-1]))
-        if texts.shape.rank == 0:
-            return ids.values
-        for size in reversed(texts.shape[1:]):
-            ids = tf.RaggedTensor.from_uniform_row_length(ids, size)
-        return ids
-
     def tokenize_with_byte_spans(self, texts):
         """BPE ids of each text with each piece's byte span in the text.
 
@@ -333,14 +308,6 @@ class BytePairTokenizer(tf.Module):
                                             errors="replace", replacement_char=0xFFFD)
 
     @property
-    def vocabulary(self):
-        return list(self._vocabulary.tokens)
-
-    @property
-    def vocabulary_size(self):
-        return len(self._vocabulary.tokens)
-
-    @property
     def special_tokens(self):
         return tuple(self._tokenization.specials)
 
@@ -350,38 +317,7 @@ class BytePairTokenizer(tf.Module):
         return [i for i, t in enumerate(self._vocabulary.tokens)
                 if t not in self._tokenization.specials and not t.startswith(_SPACE)]
 
-    def id_to_token(self, id):
-        """The token string of `id`."""
-        if not 0 <= id < self.vocabulary_size:
-            raise ValueError(f"Token id {id} is outside the vocabulary: ids go from 0 to {self.vocabulary_size - 1}.")
-        return self._vocabulary.tokens[id]
 
-    def token_to_id(self, token):
-        """The id of `token`, which must be in the vocabulary."""
-        if token not in self._vocabulary.ids:
-            raise ValueError(f'Token "{token}" is not in the vocabulary ({self.vocabulary_size} tokens). '
-                             "Tokenize text with tokenizer(text) to get ids of any text.")
-        return self._vocabulary.ids[token]
-
-    @property
-    def pad_id(self):
-        return self.token_to_id(PAD)
-
-    @property
-    def unk_id(self):
-        return self.token_to_id(UNK)
-
-    @property
-    def cls_id(self):
-        return self.token_to_id(CLS)
-
-    @property
-    def sep_id(self):
-        return self.token_to_id(SEP)
-
-    @property
-    def mask_id(self):
-        return self.token_to_id(MASK)
 
 
 # Each character of a byte-level token back to its byte; a character past

@@ -23,6 +23,7 @@ from kbert.text.sentencepiece_model import WHITE_SPACE, WORD_START, character_cl
 from kbert.text._tf_text import regex_split_with_offsets, tf_text
 from kbert.text.pre_tokenization import any_of_pattern
 from kbert.text.ragged import merge_rows, position_in_row, repeat, row_ids
+from kbert.text.tokenizer_base import Tokenizer
 from kbert.tf_if_present import tf
 
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "<s>", "</s>", "<mask>"
@@ -30,7 +31,7 @@ PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "<s>", "</s>", "<mask>"
 
 class _Vocabulary:
     """The pieces and their ids, in one object that `tf.Module` does not look
-    into (see `kbert.text.tokenizer._Vocabulary`): 250,002 pieces for XLM-R."""
+    into (see `kbert.text.tokenizer_base.Vocabulary`): 250,002 pieces for XLM-R."""
 
     def __init__(self, pieces):
         self.pieces = tuple(pieces)
@@ -188,7 +189,7 @@ def _map_rows_of_tuples(condition, if_true, if_false):
 _SHARED = weakref.WeakValueDictionary()
 
 
-class SentencePieceTokenizer(tf.Module):
+class SentencePieceTokenizer(Tokenizer):
     """XLM-RoBERTa's (and CamemBERT's) SentencePiece unigram tokenizer, as
     TensorFlow ops.
 
@@ -214,6 +215,7 @@ class SentencePieceTokenizer(tf.Module):
     <tf.RaggedTensor [[35378, 8999], [10, 250001]]>
     """
 
+    PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
     # How the preprocessor packs a pair: `<s> A </s></s> B </s>` (`kbert.text.packing`).
     pair_layout = "roberta"
 
@@ -280,33 +282,6 @@ class SentencePieceTokenizer(tf.Module):
             "lstrip_tokens": list(self.lstrip_tokens),
         }
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __call__(self, texts):
-        """Tokenizes text into ids, without adding special tokens.
-
-        Args:
-            texts: a str, a list of str, or a string tensor (dense of any
-                rank, or ragged).
-
-        Returns:
-            int32 ids: a 1-D tensor for a single string; otherwise a
-            `tf.RaggedTensor` with one more (ragged) dimension than `texts`.
-        """
-        if isinstance(texts, tf.RaggedTensor):
-            return texts.with_flat_values(self._tokenization.tokenize(texts.flat_values))
-        texts = tf.convert_to_tensor(texts, dtype=tf.string)
-        if texts.shape.rank == 1:
-            return self._tokenization.tokenize(texts)
-        ids = self._tokenization.tokenize(tf.reshape(texts, [-1]))
-        if texts.shape.rank == 0:
-            return ids.values
-        for size in reversed(texts.shape[1:]):
-            ids = tf.RaggedTensor.from_uniform_row_length(ids, size)
-        return ids
-
     def tokenize_with_byte_spans(self, texts):
         """Ids of a 1-D batch of texts, with each piece's byte span.
 
@@ -335,14 +310,6 @@ class SentencePieceTokenizer(tf.Module):
         return tf.strings.regex_replace(tf.strings.regex_replace(text, WORD_START, " "), "^ ", "")
 
     @property
-    def vocabulary(self):
-        return list(self._vocabulary.tokens)
-
-    @property
-    def vocabulary_size(self):
-        return len(self._vocabulary.tokens)
-
-    @property
     def continuation_token_ids(self):
         """Ids of the pieces that continue a word (no leading "▁"), special
         tokens left out: for whole-word masking and word starts."""
@@ -350,39 +317,6 @@ class SentencePieceTokenizer(tf.Module):
         tokens = self._vocabulary.tokens
         return [i for i, t in enumerate(tokens) if not t.startswith(WORD_START) and t not in specials]
 
-    def id_to_token(self, id):
-        """The piece of `id`."""
-        if not 0 <= id < self.vocabulary_size:
-            raise ValueError(
-                f"Token id {id} is outside the vocabulary: ids go from 0 to {self.vocabulary_size - 1}."
-            )
-        return self._vocabulary.tokens[id]
-
-    def token_to_id(self, token):
-        """The id of `token`, which must be in the vocabulary."""
-        if token not in self._vocabulary.ids:
-            raise ValueError(
-                f'Token "{token}" is not in the vocabulary ({self.vocabulary_size} pieces). '
-                "Tokenize text with tokenizer(text) to get ids of any text."
-            )
-        return self._vocabulary.ids[token]
-
-    @property
-    def pad_id(self):
-        return self.token_to_id(PAD)
-
     @property
     def unk_id(self):
         return self._unk_id
-
-    @property
-    def cls_id(self):
-        return self.token_to_id(CLS)
-
-    @property
-    def sep_id(self):
-        return self.token_to_id(SEP)
-
-    @property
-    def mask_id(self):
-        return self.token_to_id(MASK)

@@ -21,6 +21,7 @@ from kbert.text import offsets
 from kbert.text._tf_text import tf_text
 from kbert.text.pre_tokenization import any_of_pattern, normalize, pre_tokenize
 from kbert.text.ragged import merge_rows, repeat
+from kbert.text.tokenizer_base import Tokenizer, Vocabulary
 from kbert.tf_if_present import tf
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -72,17 +73,6 @@ def _map_rows(condition, if_true, if_false):
     return tf.gather(results, tf.math.invert_permutation(tf.concat([true_rows, false_rows], 0)))
 
 
-class _Vocabulary:
-    """The tokens and their ids, in one object that `tf.Module` does not look
-    into. A module's `variables` (which saving a SavedModel reads from every
-    module again and again) walks each list and dict it holds: 30,522 tokens
-    and their ids, dozens of times per export."""
-
-    def __init__(self, tokens):
-        self.tokens = tuple(tokens)
-        self.ids = {token: i for i, token in enumerate(self.tokens)}
-
-
 # Tokenizers of one vocabulary and settings share their traced tokenization
 # (and WordPiece model), alive while one of them is: a notebook that builds
 # several models from one preset traces it once. TensorFlow counts the traces
@@ -96,7 +86,7 @@ class _Tokenization:
     settings, shared by every tokenizer with them."""
 
     def __init__(self, vocabulary, lowercase, strip_accents, tokenize_chinese_chars, split_special_tokens):
-        self.vocabulary = _Vocabulary(vocabulary)
+        self.vocabulary = Vocabulary(vocabulary)
         self.lowercase = lowercase
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = tokenize_chinese_chars
@@ -174,7 +164,7 @@ class _Tokenization:
         return merge_rows(pieces, words.row_splits)
 
 
-class BertTokenizer(tf.Module):
+class BertTokenizer(Tokenizer):
     """BERT's WordPiece tokenizer, as TensorFlow ops.
 
     Gives the same ids as Hugging Face's `BertTokenizerFast` with
@@ -200,8 +190,7 @@ class BertTokenizer(tf.Module):
     'the quick fox'
     """
 
-    # How the preprocessor packs a pair (`kbert.text.packing`).
-    pair_layout = "bert"
+    PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
 
     def __init__(
         self,
@@ -273,33 +262,6 @@ class BertTokenizer(tf.Module):
             "split_special_tokens": self.split_special_tokens,
         }
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __call__(self, texts):
-        """Tokenizes text into WordPiece ids, without adding special tokens.
-
-        Args:
-            texts: a str, a list of str, or a string tensor (dense of any
-                rank, or ragged).
-
-        Returns:
-            int32 ids: a 1-D tensor for a single string; otherwise a
-            `tf.RaggedTensor` with one more (ragged) dimension than `texts`.
-        """
-        if isinstance(texts, tf.RaggedTensor):
-            return texts.with_flat_values(self._tokenization.tokenize(texts.flat_values))
-        texts = tf.convert_to_tensor(texts, dtype=tf.string)
-        if texts.shape.rank == 1:
-            return self._tokenization.tokenize(texts)
-        ids = self._tokenization.tokenize(tf.reshape(texts, [-1]))
-        if texts.shape.rank == 0:
-            return ids.values
-        for size in reversed(texts.shape[1:]):
-            ids = tf.RaggedTensor.from_uniform_row_length(ids, size)
-        return ids
-
     def tokenize_with_byte_spans(self, texts):
         """The ids of each text of a 1-D string tensor, with each piece's
         byte span in the text (`kbert.text.offsets.tokenize_with_byte_spans`)."""
@@ -321,52 +283,6 @@ class BertTokenizer(tf.Module):
         return tf.strings.regex_replace(text, " " + SUFFIX_INDICATOR, "")
 
     @property
-    def vocabulary(self):
-        return list(self._vocabulary.tokens)
-
-    @property
-    def vocabulary_size(self):
-        return len(self._vocabulary.tokens)
-
-    def id_to_token(self, id):
-        """The token string of `id`."""
-        if not 0 <= id < self.vocabulary_size:
-            raise ValueError(
-                f"Token id {id} is outside the vocabulary: ids go from 0 to "
-                f"{self.vocabulary_size - 1}."
-            )
-        return self._vocabulary.tokens[id]
-
-    def token_to_id(self, token):
-        """The id of `token`, which must be in the vocabulary."""
-        if token not in self._vocabulary.ids:
-            raise ValueError(
-                f'Token "{token}" is not in the vocabulary ({self.vocabulary_size} tokens). '
-                "Tokenize text with tokenizer(text) to get ids of any text."
-            )
-        return self._vocabulary.ids[token]
-
-    @property
     def continuation_token_ids(self):
         """The ids of the pieces that continue a word (`##` pieces)."""
         return [i for i, token in enumerate(self._vocabulary.tokens) if token.startswith(SUFFIX_INDICATOR)]
-
-    @property
-    def pad_id(self):
-        return self.token_to_id(PAD)
-
-    @property
-    def unk_id(self):
-        return self.token_to_id(UNK)
-
-    @property
-    def cls_id(self):
-        return self.token_to_id(CLS)
-
-    @property
-    def sep_id(self):
-        return self.token_to_id(SEP)
-
-    @property
-    def mask_id(self):
-        return self.token_to_id(MASK)
