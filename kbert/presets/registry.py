@@ -8,8 +8,11 @@
 _MINIATURE = "google/bert_uncased_L-{layers}_H-{hidden}_A-{heads}"
 
 
-def _entry(repo, layers, hidden, heads, lowercase, description, vocabulary_size=30522):
+def _entry(repo, layers, hidden, heads, lowercase, description, vocabulary_size=30522, num_segments=2,
+           pooler=True):
     return {
+        "num_segments": num_segments,
+        "pooler": pooler,
         "hf_repo": repo,
         "num_layers": layers,
         "hidden_dim": hidden,
@@ -76,15 +79,24 @@ PRESETS = {
         "multilingual-e5-small: an XLM-R text embedder (mean pooling), about 100 languages "
         "(Wang et al. 2024).", vocabulary_size=250037,
     ),
+    "distilbert_base_uncased": _entry(
+        "distilbert/distilbert-base-uncased", 6, 768, 12, True,
+        "DistilBERT-Base, uncased English (Sanh et al. 2019).", num_segments=0, pooler=False,
+    ),
+    "electra_base_discriminator": _entry(
+        "google/electra-base-discriminator", 12, 768, 12, True,
+        "ELECTRA-Base discriminator, uncased English (Clark et al. 2020).", pooler=False,
+    ),
 }
 
 
-def parameter_count(entry, max_sequence_length=512, num_segments=2):
-    """Number of backbone parameters of a registry entry (pooler included)."""
+def parameter_count(entry, max_sequence_length=512, num_segments=2, pooler=True):
+    """Number of backbone parameters of a registry entry (with the pooler
+    where `pooler`)."""
     h, i = entry["hidden_dim"], entry["intermediate_dim"]
     embeddings = (entry["vocabulary_size"] + max_sequence_length + num_segments) * h + 2 * h
     layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
-    return embeddings + entry["num_layers"] * layer + (h * h + h)
+    return embeddings + entry["num_layers"] * layer + (h * h + h) * pooler
 
 
 def list_presets():
@@ -101,7 +113,7 @@ def list_presets():
             "num_layers": entry["num_layers"],
             "hidden_dim": entry["hidden_dim"],
             "num_heads": entry["num_heads"],
-            "parameters": parameter_count(entry),
+            "parameters": parameter_count(entry, num_segments=entry["num_segments"], pooler=entry["pooler"]),
             "lowercase": entry["lowercase"],
             "description": entry["description"],
         }

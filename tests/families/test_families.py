@@ -25,6 +25,7 @@ SIZES = dict(vocab_size=VOCABULARY, hidden_size=16, num_hidden_layers=2, num_att
 CONFIGS = {
     "roberta": (transformers.RobertaConfig, SIZES),
     "xlm-roberta": (transformers.XLMRobertaConfig, SIZES),
+    "camembert": (transformers.CamembertConfig, SIZES),
     "distilbert": (transformers.DistilBertConfig, dict(vocab_size=VOCABULARY, dim=16, n_layers=2, n_heads=2,
                                                        hidden_dim=24, max_position_embeddings=34)),
     # A narrower embedding than the hidden size, as ELECTRA-small's.
