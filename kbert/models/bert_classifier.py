@@ -4,8 +4,7 @@ import numbers
 import keras
 import numpy as np
 
-from kbert import text
-from kbert import families
+from kbert import families, text
 from kbert.layers import Dropout
 from kbert.models.bert_backbone import head_initializer
 from kbert.models import task_answers
@@ -228,7 +227,6 @@ class BertClassifier(Task):
             if names != [f"LABEL_{i}" for i in range(config["num_classes"])]:
                 config["class_names"] = names
         return config
-
 
     @property
     def reads_pooler(self):
