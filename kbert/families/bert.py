@@ -12,6 +12,8 @@ CLASS_PREFIX = {"bert": "Bert"}
 # The backbone's weights in a task checkpoint (BertForX); bare in BertModel's.
 PREFIX = "bert."
 # transformers' classes that hold the pooler (its token-level heads have none).
+# Whether the model has token type (segment) embeddings.
+TOKEN_TYPES = True
 POOLED = ("Model", "ForSequenceClassification", "ForPreTraining")
 # The tokenizer: a `kbert.text` class per model type (it says how pairs are packed).
 TOKENIZERS = {"bert": "BertTokenizer"}

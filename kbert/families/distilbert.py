@@ -16,6 +16,8 @@ from kbert.families.tables import T, check_config, dense, layer_norm
 MODEL_TYPES = ("distilbert",)
 CLASS_PREFIX = {"distilbert": "DistilBert"}
 PREFIX = "distilbert."
+# Whether the model has token type (segment) embeddings.
+TOKEN_TYPES = False
 POOLED = ()
 TOKENIZERS = {"distilbert": "BertTokenizer"}
 TOKENIZER_FILES = {"distilbert": bert.TOKENIZER_FILES["bert"]}

@@ -16,6 +16,8 @@ from kbert.families.tables import T, dense, encoder_layers, layer_norm
 MODEL_TYPES = ("electra",)
 CLASS_PREFIX = {"electra": "Electra"}
 PREFIX = "electra."
+# Whether the model has token type (segment) embeddings.
+TOKEN_TYPES = True
 POOLED = ()
 TOKENIZERS = {"electra": "BertTokenizer"}
 TOKENIZER_FILES = {"electra": bert.TOKENIZER_FILES["bert"]}

@@ -16,6 +16,8 @@ from kbert.families.tables import T, absolute_positions, check_config, dense, en
 MODEL_TYPES = ("roberta", "xlm-roberta", "camembert")
 CLASS_PREFIX = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
 PREFIX = "roberta."  # XLMRobertaForX and CamembertForX name it so too
+# Whether the model has token type (segment) embeddings.
+TOKEN_TYPES = True
 POOLED = ("Model",)
 TOKENIZERS = {"roberta": "BytePairTokenizer", "xlm-roberta": "SentencePieceTokenizer",
               "camembert": "SentencePieceTokenizer"}

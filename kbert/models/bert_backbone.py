@@ -101,7 +101,13 @@ class BertBackbone(LoRA, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        families.get(family)  # refuses an unknown one
+        if bool(num_segments) != families.get(family).TOKEN_TYPES:  # (an unknown family is refused there)
+            raise ValueError(f"num_segments={num_segments} for a {family!r} backbone: "
+                             + ("it has token types, so num_segments >= 1." if num_segments == 0 else
+                                "it has no token type embeddings: num_segments=0."))
+        if family in ("roberta", "xlm-roberta", "camembert") and position_offset < 1:
+            raise ValueError(f"position_offset={position_offset} for a {family!r} backbone: its positions start "
+                             "after the padding index, at pad_token_id + 1 (2 in RoBERTa's checkpoints).")
         if dtype == "auto":
             raise ValueError(
                 'dtype="auto" is resolved before a model is built, so that a saved model holds the policy it ran '

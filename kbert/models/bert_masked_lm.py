@@ -152,6 +152,10 @@ class BertPretrainer(BertMaskedLM):
         return {**super().head_settings(), "next_sentence": True}
 
     def _heads(self, backbone, inputs, backbone_outputs):
+        if backbone.family != "bert":
+            # RoBERTa, DistilBERT and ELECTRA were pre-trained without it.
+            raise ValueError(f"BertPretrainer adds BERT's next-sentence head; a {backbone.family!r} backbone has "
+                             "none. Pre-train it with kbert.BertMaskedLM (masked LM alone).")
         outputs = super()._heads(backbone, inputs, backbone_outputs)
         pooled_output = backbone_outputs["pooled_output"]
         if backbone.packing:

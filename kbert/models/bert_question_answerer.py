@@ -71,8 +71,8 @@ class BertQuestionAnswerer(Task):
         if preprocessor is not None and preprocessor.sequence_length - specials - max_question_length < 1:
             raise ValueError(
                 f"sequence_length={preprocessor.sequence_length} leaves no room for the context after a question "
-                f"of up to max_question_length={max_question_length} tokens and {specials} special tokens "
-                "([CLS] and two [SEP]); use a longer sequence_length or a smaller max_question_length."
+                f"of up to max_question_length={max_question_length} tokens and {specials} special tokens; "
+                "use a longer sequence_length or a smaller max_question_length."
             )
         inputs = backbone.input
         sequence_output = backbone(inputs)["sequence_output"]

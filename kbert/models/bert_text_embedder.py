@@ -4,10 +4,10 @@ import keras
 import numpy as np
 from keras import ops
 
-from kbert import families, text
+from kbert import text
 from kbert.models import task_answers, task_inputs, task_presets
 from kbert.models.task import Task
-from kbert.presets import files, reader
+from kbert.presets import files, reader, tokenizer_files
 from kbert.presets import sentence_transformers as st
 from kbert.search import semantic_search
 from kbert.search import similarity as cosine_similarity
@@ -335,7 +335,7 @@ class BertTextEmbedder(Task):
     def _sentence_transformers_preprocessor(settings, sequence_length, positions, transformer):
         folder = settings["transformer_folder"]
         family = transformer.backbone_config.get("family", "bert")
-        if families.tokenizer_class_name(family) == "BertTokenizer":
+        if tokenizer_files.tokenizer_class_name(folder, family) == "BertTokenizer":
             tokenizer = text.BertTokenizer(**st.tokenizer_settings(folder, settings["do_lower_case"]))
         else:
             tokenizer = task_presets.preset_tokenizer(transformer, family)

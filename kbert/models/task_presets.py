@@ -10,7 +10,7 @@ import warnings
 import h5py
 import keras
 
-from kbert import families, text, tf_if_present
+from kbert import text, tf_if_present
 from kbert.models.bert_backbone import BertBackbone
 from kbert.presets import files, huggingface, loading, reader, tokenizer_files, weight_check
 
@@ -165,7 +165,7 @@ def preset_preprocessor(cls, preset, sequence_length, backbone):
         return None
     if not tokenizer_runs(preset.folder):
         return None
-    tokenizer = preset_tokenizer(preset, backbone.family)
+    tokenizer = preset_tokenizer(preset, backbone.family, backbone.vocabulary_size)
     sequence_length = sequence_length or preset.default_sequence_length(backbone.max_sequence_length)
     if sequence_length and sequence_length > backbone.max_sequence_length:
         raise ValueError(
@@ -177,12 +177,20 @@ def preset_preprocessor(cls, preset, sequence_length, backbone):
                                   **preset.preprocessor_settings)
 
 
-def preset_tokenizer(preset, family):
-    """The preset's tokenizer, of its family's class (`kbert.families`)."""
-    name = families.tokenizer_class_name(family)
+def preset_tokenizer(preset, family, vocabulary_size=None):
+    """The preset's tokenizer, of the class its files hold
+    (`tokenizer_files.tokenizer_class_name`), refused where it has more ids
+    than the model has token embeddings."""
+    name = tokenizer_files.tokenizer_class_name(preset.folder, family)
     if name == "BertTokenizer":  # from the files already read, checked against the config
         return text.BertTokenizer(**preset.tokenizer_arguments())
-    return getattr(text, name).from_preset(preset.folder)
+    tokenizer = getattr(text, name).from_preset(preset.folder)
+    vocabulary_size = vocabulary_size or preset.backbone_config["vocabulary_size"]
+    if tokenizer.vocabulary_size > vocabulary_size:
+        raise ValueError(f"The tokenizer of {preset.folder} has {tokenizer.vocabulary_size} tokens, but the model has "
+                         f"{vocabulary_size} token embeddings: the tokenizer belongs to another model. Use the "
+                         "tokenizer files that came with these weights.")
+    return tokenizer
 
 
 def tokenizer_runs(folder):

@@ -44,7 +44,8 @@ def check_backbone_config(config, source, names=None):
     names = names or {}
     for key in HF_SIZES:
         value = config.get(key)
-        if key in config and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        smallest = 0 if key == "num_segments" else 1  # DistilBERT has no token types
+        if key in config and (isinstance(value, bool) or not isinstance(value, int) or value < smallest):
             raise ValueError(
                 f"{source} says {names.get(key, key)}={value!r}: the model's sizes are positive integers. "
                 "Use the config that came with these weights."

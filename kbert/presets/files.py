@@ -323,8 +323,9 @@ def _download(repo, revision, cache, etag_timeout, what, how, progress):
             path = entry.get("path") if isinstance(entry, dict) else None
             if path and isinstance(path, str):
                 fetch(f"{path}/config.json", commit, optional=True)
-                if str(entry.get("type", "")).endswith("Dense"):
-                    fetch(f"{path}/model.safetensors", commit, optional=True)
+                if str(entry.get("type", "")).endswith("Dense") and fetch(f"{path}/{WEIGHT_FILES[0]}", commit,
+                                                                          optional=True) is None:
+                    fetch(f"{path}/{WEIGHT_FILES[1]}", commit, optional=True)
     return folder
 
 

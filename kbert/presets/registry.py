@@ -68,11 +68,11 @@ PRESETS = {
     # Other families (kbert.families): their tokenizers have no lowercase setting to check.
     "roberta_base": _entry(
         "FacebookAI/roberta-base", 12, 768, 12, None,
-        "RoBERTa-Base, English (Liu et al. 2019).", vocabulary_size=50265,
+        "RoBERTa-Base, English (Liu et al. 2019).", vocabulary_size=50265, num_segments=1,
     ),
     "xlm_roberta_base": _entry(
         "FacebookAI/xlm-roberta-base", 12, 768, 12, None,
-        "XLM-RoBERTa-Base, 100 languages (Conneau et al. 2020).", vocabulary_size=250002,
+        "XLM-RoBERTa-Base, 100 languages (Conneau et al. 2020).", vocabulary_size=250002, num_segments=1,
     ),
     "multilingual_e5_small": _entry(
         "intfloat/multilingual-e5-small", 12, 384, 12, None,

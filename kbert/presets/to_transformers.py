@@ -87,9 +87,12 @@ def write_folder(path, kind, backbone, head=(), head_config=None, preprocessor=N
     tokenizer = preprocessor.tokenizer if preprocessor is not None else None
     # transformers 5 reads `dtype`, earlier versions `torch_dtype`.
     config.update(dtype=str(dtype), torch_dtype=str(dtype))
-    config.setdefault("pad_token_id", 0)
-    if tokenizer is not None:
-        config["pad_token_id"] = tokenizer.pad_id
+    config.setdefault("pad_token_id", tokenizer.pad_id if tokenizer is not None else 0)
+    if tokenizer is not None and tokenizer.pad_id != config["pad_token_id"]:
+        # RoBERTa's positions start after pad_token_id: the two must agree.
+        raise ValueError(f"The tokenizer's padding id is {tokenizer.pad_id}, but this {backbone.family} backbone's "
+                         f"positions start after pad_token_id={config['pad_token_id']}: they belong to different "
+                         "models. Export a model whose tokenizer and backbone came together.")
     files.write_json(path, files.HF_CONFIG, config)
     save_file(tensors, os.path.join(path, WEIGHTS), metadata={"format": "pt"})
     if tokenizer is not None:

@@ -17,6 +17,7 @@ and 5, `tokenizers` and kbert read the same ids.
 
 import os
 
+from kbert import families
 from kbert.presets import files
 
 TOKENIZER_JSON = files.TOKENIZER_JSON
@@ -35,6 +36,38 @@ TOKENIZER_FILES = (files.VOCABULARY, "vocab.json", "sentencepiece.bpe.model", TO
 def has_tokenizer(folder):
     """Whether `folder` holds a tokenizer kbert reads (`TOKENIZER_FILES`)."""
     return any(os.path.exists(os.path.join(folder, name)) for name in TOKENIZER_FILES)
+
+
+# tokenizer.json's model type, and tokenizer_class names -> kbert's tokenizer class.
+_BY_MODEL = {"WordPiece": "BertTokenizer", "BPE": "BytePairTokenizer", "Unigram": "SentencePieceTokenizer"}
+_BY_CLASS = {"XLMRoberta": "SentencePieceTokenizer", "Camembert": "SentencePieceTokenizer",
+             "Roberta": "BytePairTokenizer", "GPT2": "BytePairTokenizer", "Bert": "BertTokenizer"}
+
+
+def tokenizer_class_name(folder, family):
+    """kbert's tokenizer class for the tokenizer a folder holds, from its
+    files (a model's tokenizer need not be its family's: multilingual-e5-small
+    is a BERT with XLM-R's SentencePiece): vocab.txt, the SentencePiece model,
+    vocab.json, tokenizer_config.json's `tokenizer_class`, or tokenizer.json's
+    model; the family's where none says."""
+    def has(name):
+        return os.path.exists(os.path.join(folder, name))
+
+    if has(files.VOCABULARY):
+        return "BertTokenizer"
+    if has("sentencepiece.bpe.model"):
+        return "SentencePieceTokenizer"
+    if has("vocab.json") and has("merges.txt"):
+        return "BytePairTokenizer"
+    named = str(files.load_json(folder, files.TOKENIZER_CONFIG, default={"": None}).get("tokenizer_class") or "")
+    for prefix, name in _BY_CLASS.items():
+        if named.startswith(prefix):
+            return name
+    if has(TOKENIZER_JSON):
+        model = files.load_json(folder, TOKENIZER_JSON).get("model") or {}
+        if model.get("type") in _BY_MODEL:
+            return _BY_MODEL[model["type"]]
+    return families.tokenizer_class_name(family)
 
 
 def no_tokenizer_message(folder):

@@ -5,8 +5,7 @@ import keras
 import numpy as np
 
 from kbert import families
-from kbert.presets import files
-from kbert.presets.files import get_preset_dir
+from kbert.presets import files, tokenizer_files
 from kbert.text import pipeline
 from kbert.text.offsets import cut_after_words
 from kbert.text.byte_pair_tokenizer import BytePairTokenizer
@@ -98,8 +97,8 @@ class BertPreprocessor(keras.layers.Layer):
             sequence_length: the packed length.
             **kwargs: the other arguments of `BertPreprocessor`.
         """
-        folder = get_preset_dir(preset)
-        tokenizer = tokenizer_class(families.tokenizer_class_name(files.model_type(folder)))
+        folder = files.get_preset_dir(preset)
+        tokenizer = tokenizer_class(tokenizer_files.tokenizer_class_name(folder, files.model_type(folder)))
         return cls(tokenizer.from_preset(folder), sequence_length=sequence_length, **kwargs)
 
     @classmethod
@@ -220,7 +219,8 @@ class BertPreprocessor(keras.layers.Layer):
         script), so that a slice cut by tokens holds no more than its
         budget."""
         pieces = [self.tokenizer(cut_after_words(_as_strings(t), self.sequence_length)).row_lengths() for t in texts]
-        return tf.cast(tf.minimum(tf.add_n(pieces) + len(texts) + 1, self.sequence_length), tf.int32)
+        specials = self.packer.special_tokens(len(texts))
+        return tf.cast(tf.minimum(tf.add_n(pieces) + specials, self.sequence_length), tf.int32)
 
     def batch_function(self, head=None, pad_to=None, dataset_spec=None, labeled=False):
         """The function that a batch of examples goes through in `tf.data`:

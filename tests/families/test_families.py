@@ -115,3 +115,28 @@ def test_positions_start_after_the_padding_index(tmp_path):
     backbone = kbert.BertBackbone.from_preset(str(tmp_path))
     assert backbone.max_sequence_length == 32 and backbone.position_offset == 2
     assert tuple(backbone.position_embedding.position_embeddings.shape) == (34, 16)
+
+
+def test_a_distilbert_preset_saved_by_kbert_loads_back(tmp_path):
+    # No token types: num_segments=0 is a size a saved config may hold.
+    save_checkpoint(tmp_path / "hf", "distilbert", "ForSequenceClassification")
+    model = kbert.BertClassifier.from_preset(str(tmp_path / "hf"))
+    model.save_to_preset(str(tmp_path / "kbert"))
+    again = kbert.BertClassifier.from_preset(str(tmp_path / "kbert"))
+    inputs = random_ids()
+    np.testing.assert_allclose(to_numpy(again(inputs)), to_numpy(model(inputs)), atol=1e-6)
+
+
+def test_settings_a_family_cannot_have_are_refused():
+    sizes = dict(vocabulary_size=VOCABULARY, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
+    with pytest.raises(ValueError, match="it has token types, so num_segments >= 1"):
+        kbert.BertBackbone(**sizes, num_segments=0)
+    with pytest.raises(ValueError, match="it has no token type embeddings: num_segments=0"):
+        kbert.BertBackbone(**sizes, family="distilbert")
+    with pytest.raises(ValueError, match="positions start after the padding index"):
+        kbert.BertBackbone(**sizes, family="roberta")
+    with pytest.raises(ValueError, match="Unknown model family 'gpt2'"):
+        kbert.BertBackbone(**sizes, family="gpt2")
+    roberta = kbert.BertBackbone(**sizes, family="roberta", position_offset=2)
+    with pytest.raises(ValueError, match="BertPretrainer adds BERT's next-sentence head"):
+        kbert.BertPretrainer(roberta)

@@ -13,7 +13,7 @@ import torch
 import transformers
 
 import kbert
-from tests.families.test_families import CONFIGS
+from tests.families.test_families import CONFIGS, SIZES
 from tests.serving.test_export import once, serve
 from tests.text.test_tokenizer import DATA
 
@@ -177,3 +177,20 @@ def test_xlmr_answers_and_fills_masks_on_text(xlmr_task_folder):
     assert len(guesses) == 1 and len(guesses[0]) == 3
     with pytest.raises(ValueError, match="No <mask> token in texts"):
         masked_lm.fill_mask(["kein Platzhalter"])
+
+
+def test_a_bert_with_xlmr_sentencepiece_reads_its_tokenizer_from_its_files(xlmr_folder, tmp_path):
+    # multilingual-e5-small's layout: model_type "bert", XLM-R's tokenizer.
+    tokenizer = transformers.AutoTokenizer.from_pretrained(xlmr_folder)
+    tokenizer.save_pretrained(tmp_path)
+    config = transformers.BertConfig(**{**SIZES, "vocab_size": len(tokenizer)}, num_labels=2)
+    nudged(transformers.BertForSequenceClassification(config)).save_pretrained(tmp_path)
+    model = kbert.BertClassifier.from_preset(str(tmp_path), sequence_length=LENGTH)
+    assert type(model.preprocessor.tokenizer).__name__ == "SentencePieceTokenizer"
+    np.testing.assert_allclose(model.predict(TEXTS_A, verbose=0), hf_logits(tmp_path, TEXTS_A), atol=1e-4)
+
+    # Another model's (larger) tokenizer is refused, not run into ids past the embeddings.
+    config.vocab_size = 100
+    nudged(transformers.BertForSequenceClassification(config)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"has \d+ tokens, but the model has 100 token embeddings"):
+        kbert.BertClassifier.from_preset(str(tmp_path))
