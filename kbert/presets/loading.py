@@ -26,6 +26,7 @@ def backbone_config_of(config, kbert_layout, source):
         return backbone
     backbone = huggingface.backbone_config(config, source=source)
     config_check.check_hf_config(config, source)
+    config_check.check_backbone_config(backbone, source)  # by kbert's names: every family's (DistilBERT's `dim`)
     return backbone
 
 

@@ -3,6 +3,8 @@ against transformers on the same weights: the backbone and every task head,
 from tiny random checkpoints saved by transformers' own classes (weights
 nudged off their initialisation), and back out with `export_to_transformers`."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -140,3 +142,12 @@ def test_settings_a_family_cannot_have_are_refused():
     roberta = kbert.BertBackbone(**sizes, family="roberta", position_offset=2)
     with pytest.raises(ValueError, match="BertPretrainer adds BERT's next-sentence head"):
         kbert.BertPretrainer(roberta)
+
+
+def test_an_absurd_distilbert_config_is_refused_before_it_is_built(tmp_path):
+    # Its own key names (n_layers, dim) go through the same memory check as BERT's.
+    save_checkpoint(tmp_path, "distilbert", "Model")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "n_layers": 100_000, "dim": 4096}))
+    with pytest.raises(ValueError, match=r"describes a model of [\d,]+ parameters"):
+        kbert.BertBackbone.from_preset(str(tmp_path))
