@@ -272,6 +272,14 @@ class BytePairTokenizer(Tokenizer):
                 "add_prefix_space": self.add_prefix_space, "trim_offsets": self.trim_offsets,
                 "lstrip_tokens": list(self.lstrip_tokens), "rstrip_tokens": list(self.rstrip_tokens)}
 
+    def tokenize_words(self, words):
+        """Each word's ids as a word of a text: after a space ("Ġ" pieces), as
+        transformers' RoBERTa tokenizers take words (`is_split_into_words`,
+        which needs `add_prefix_space=True`)."""
+        if self.add_prefix_space:
+            return self(words)
+        return self(words.with_flat_values(tf.strings.join([" ", words.flat_values])))
+
     def tokenize_with_byte_spans(self, texts):
         """BPE ids of each text with each piece's byte span in the text.
 

@@ -27,7 +27,7 @@ def pack_words(preprocessor, words):
     >>> first  # [CLS] kb ##ert rocks [SEP]
     <tf.RaggedTensor [[1, 3]]>
     """
-    pieces = preprocessor.tokenizer(words)  # [batch, (words), (pieces)]
+    pieces = preprocessor.tokenizer.tokenize_words(words)  # [batch, (words), (pieces)]
     features = preprocessor.packer(pieces)
     # Each word's first piece, counted from its sentence's first piece.
     sentence_starts = tf.gather(pieces.merge_dims(1, 2).row_splits, row_ids(pieces))

@@ -54,6 +54,12 @@ class Tokenizer(tf.Module):
             ids = tf.RaggedTensor.from_uniform_row_length(ids, size)
         return ids
 
+    def tokenize_words(self, words):
+        """The ids of each word of a ragged `[batch, (words)]` string tensor,
+        each word tokenized as the start of a word (`[batch, (words),
+        (ids)]`): as Hugging Face's tokenizers take `is_split_into_words`."""
+        return self(words)
+
     @property
     def vocabulary(self):
         return list(self._vocabulary.tokens)

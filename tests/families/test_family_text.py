@@ -7,6 +7,7 @@ import csv
 import shutil
 
 import numpy as np
+import tensorflow as tf
 import pytest
 import sentencepiece
 import torch
@@ -194,3 +195,18 @@ def test_a_bert_with_xlmr_sentencepiece_reads_its_tokenizer_from_its_files(xlmr_
     nudged(transformers.BertForSequenceClassification(config)).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"has \d+ tokens, but the model has 100 token embeddings"):
         kbert.BertClassifier.from_preset(str(tmp_path))
+
+
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta"])
+def test_words_for_token_classification_get_the_ids_transformers_gives_split_words(family, request):
+    # Each word as a word of a text (RoBERTa's "Ġ" pieces), as transformers
+    # tokenizes words with is_split_into_words (add_prefix_space=True).
+    from kbert.text.token_classification import pack_words
+
+    folder = request.getfixturevalue({"roberta": "roberta_folder", "xlm-roberta": "xlmr_folder"}[family])
+    preprocessor = kbert.BertPreprocessor.from_preset(str(folder), sequence_length=LENGTH)
+    words = [["Jane", "Austen", "lived", "in", "Bath", "."], ["Ein", "wunderbares", "Buch"]]
+    features, _ = pack_words(preprocessor, tf.ragged.constant(words))
+    hf = transformers.AutoTokenizer.from_pretrained(folder, add_prefix_space=True)
+    for row, expected in zip(features["token_ids"].numpy(), hf(words, is_split_into_words=True)["input_ids"]):
+        assert row[:len(expected)].tolist() == expected
