@@ -68,6 +68,12 @@ def tokenizer_class_name(family):
     return get(family).TOKENIZERS[family]
 
 
+def all_tokenizer_files():
+    """Every set of files that holds a tokenizer kbert reads, of any family."""
+    return tuple(dict.fromkeys(names for module in _MODULES for choices in module.TOKENIZER_FILES.values()
+                               for names in choices))
+
+
 def tokenizer_files(model_type):
     """The sets of files a hub repository of `model_type` may hold its
     tokenizer in, preferred first (an unknown type: BERT's)."""

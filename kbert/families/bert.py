@@ -14,6 +14,7 @@ PREFIX = "bert."
 # transformers' classes that hold the pooler (its token-level heads have none).
 # Whether the model has token type (segment) embeddings.
 TOKEN_TYPES = True
+POSITIONS_AFTER_PADDING = False
 POOLED = ("Model", "ForSequenceClassification", "ForPreTraining")
 # The tokenizer: a `kbert.text` class per model type (it says how pairs are packed).
 TOKENIZERS = {"bert": "BertTokenizer"}

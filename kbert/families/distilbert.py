@@ -18,6 +18,7 @@ CLASS_PREFIX = {"distilbert": "DistilBert"}
 PREFIX = "distilbert."
 # Whether the model has token type (segment) embeddings.
 TOKEN_TYPES = False
+POSITIONS_AFTER_PADDING = False
 POOLED = ()
 TOKENIZERS = {"distilbert": "BertTokenizer"}
 TOKENIZER_FILES = {"distilbert": bert.TOKENIZER_FILES["bert"]}

@@ -18,6 +18,7 @@ CLASS_PREFIX = {"electra": "Electra"}
 PREFIX = "electra."
 # Whether the model has token type (segment) embeddings.
 TOKEN_TYPES = True
+POSITIONS_AFTER_PADDING = False
 POOLED = ()
 TOKENIZERS = {"electra": "BertTokenizer"}
 TOKENIZER_FILES = {"electra": bert.TOKENIZER_FILES["bert"]}

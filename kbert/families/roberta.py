@@ -19,6 +19,8 @@ PREFIX = "roberta."  # XLMRobertaForX and CamembertForX name it so too
 # Whether the model has token type (segment) embeddings.
 TOKEN_TYPES = True
 POOLED = ("Model",)
+# Positions start after the padding index: `position_offset` = pad_token_id + 1.
+POSITIONS_AFTER_PADDING = True
 TOKENIZERS = {"roberta": "BytePairTokenizer", "xlm-roberta": "SentencePieceTokenizer",
               "camembert": "SentencePieceTokenizer"}
 _SENTENCEPIECE = (("tokenizer.json",), ("sentencepiece.bpe.model",))
@@ -47,18 +49,15 @@ def backbone_config(hf_config, source="config.json"):
         raise ValueError(f"{source} has max_position_embeddings={hf_config.get('max_position_embeddings')}, "
                          f"no more than the {offset} rows before the first position (pad_token_id + 1).")
     return {**config, "max_sequence_length": length, "position_offset": offset,
-            "activation": bert.activation(hf_config, source), "family": hf_config.get("model_type", "roberta")}
+            "activation": bert.activation(hf_config, source)}
 
 
 def hf_config(backbone_config):
-    config = {hf: backbone_config[kbert] for kbert, hf, _ in CONFIG_TABLE}
+    """BERT's settings, with RoBERTa's positions after the padding index."""
     offset = backbone_config["position_offset"]
-    config["attention_probs_dropout_prob"] = backbone_config["dropout"]
-    config["hidden_act"] = next(hf for hf, kbert in bert.ACTIVATIONS.items() if kbert == backbone_config["activation"])
-    return {"model_type": backbone_config["family"], **config,
+    return {**bert.hf_config(backbone_config), "model_type": backbone_config["family"],
             "max_position_embeddings": backbone_config["max_sequence_length"] + offset,
-            "pad_token_id": offset - 1, "bos_token_id": 0, "eos_token_id": 2,
-            "position_embedding_type": "absolute", "initializer_range": 0.02}
+            "pad_token_id": offset - 1, "bos_token_id": 0, "eos_token_id": 2}
 
 
 def backbone_table(backbone):

@@ -101,11 +101,12 @@ class BertBackbone(LoRA, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if bool(num_segments) != families.get(family).TOKEN_TYPES:  # (an unknown family is refused there)
+        kind = families.get(family)  # refuses an unknown one
+        if bool(num_segments) != kind.TOKEN_TYPES:
             raise ValueError(f"num_segments={num_segments} for a {family!r} backbone: "
                              + ("it has token types, so num_segments >= 1." if num_segments == 0 else
                                 "it has no token type embeddings: num_segments=0."))
-        if family in ("roberta", "xlm-roberta", "camembert") and position_offset < 1:
+        if kind.POSITIONS_AFTER_PADDING and position_offset < 1:
             raise ValueError(f"position_offset={position_offset} for a {family!r} backbone: its positions start "
                              "after the padding index, at pad_token_id + 1 (2 in RoBERTa's checkpoints).")
         if dtype == "auto":

@@ -67,7 +67,7 @@ class BertQuestionAnswerer(Task):
                  **kwargs):
         if stride < 1:
             raise ValueError(f"stride={stride}: windows must move at least 1 token; BERT uses 128.")
-        specials = preprocessor.packer.special_tokens(2) if preprocessor is not None else 3
+        specials = preprocessor.packer.special_tokens(2) if preprocessor is not None else 0
         if preprocessor is not None and preprocessor.sequence_length - specials - max_question_length < 1:
             raise ValueError(
                 f"sequence_length={preprocessor.sequence_length} leaves no room for the context after a question "

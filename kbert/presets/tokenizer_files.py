@@ -28,14 +28,12 @@ SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD
 _GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
-# The files that hold a tokenizer: WordPiece's vocab.txt, byte-level BPE's
-# vocab.json (with merges.txt), SentencePiece's model, or tokenizer.json.
-TOKENIZER_FILES = (files.VOCABULARY, "vocab.json", "sentencepiece.bpe.model", TOKENIZER_JSON)
-
-
 def has_tokenizer(folder):
-    """Whether `folder` holds a tokenizer kbert reads (`TOKENIZER_FILES`)."""
-    return any(os.path.exists(os.path.join(folder, name)) for name in TOKENIZER_FILES)
+    """Whether `folder` holds a tokenizer kbert reads: one of the families'
+    sets of files (vocab.txt; vocab.json with merges.txt; the SentencePiece
+    model; tokenizer.json)."""
+    return any(all(os.path.exists(os.path.join(folder, name)) for name in names)
+               for names in families.all_tokenizer_files())
 
 
 # tokenizer.json's model type, and tokenizer_class names -> kbert's tokenizer class.
