@@ -64,7 +64,7 @@ class BertClassifier(Task):
     # The preset's settings of its head, dropped where `from_preset` is given
     # another `num_classes` (a new head).
     head_keys = ("class_names", "problem_type", "score_activation")
-    preprocessor_class = text.ByName("BertClassifierPreprocessor")
+    preprocessor_cls = text.ByName("BertClassifierPreprocessor")
     takes_pairs = True
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None, problem_type=None,
@@ -93,7 +93,7 @@ class BertClassifier(Task):
             # one class only, and the other would never be trained.
             raise ValueError(f"class_names={list(class_names)!r} names {repeated[0]!r} more than once; "
                              "give each class its own name.")
-        inputs = backbone.input
+        inputs = self.backbone_inputs(backbone)
         rate = backbone.dropout if dropout is None else dropout
         head = families.get(backbone.family).CLASSIFIER_HEAD if self.classified_output == "pooled_output" else None
         if self.classified_output == "pooled_output":

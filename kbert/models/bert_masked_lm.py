@@ -38,12 +38,12 @@ class BertMaskedLM(Task):
     [[[('bank', 0.93), ...]]]
     """
 
-    preprocessor_class = text.ByName("BertMaskedLMPreprocessor")
+    preprocessor_cls = text.ByName("BertMaskedLMPreprocessor")
     packs_texts = True
 
     def __init__(self, backbone, preprocessor=None, mask_selection_rate=0.15, max_predictions=None,
                  whole_word=False, **kwargs):
-        inputs = dict(backbone.input)
+        inputs = dict(self.backbone_inputs(backbone))
         inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
         outputs = self._heads(backbone, inputs, backbone({k: inputs[k] for k in backbone.input}))
         super().__init__(inputs=inputs, outputs=outputs, backbone=backbone, preprocessor=preprocessor, **kwargs)
@@ -142,7 +142,7 @@ class BertPretrainer(BertMaskedLM):
     >>> model.fit(pairs.batch(32), epochs=10)
     """
 
-    preprocessor_class = text.ByName("BertPretrainerPreprocessor")
+    preprocessor_cls = text.ByName("BertPretrainerPreprocessor")
     takes_pairs = True
     # Its next-sentence pairs fill `max_seq_length` already (but for the
     # short ones drawn on purpose, BERT's `short_seq_prob`).

@@ -59,7 +59,7 @@ class BertQuestionAnswerer(Task):
     [{'answer': '1813', 'start': 41, 'end': 45, 'score': 9.1}]
     """
 
-    preprocessor_class = text.ByName("BertQuestionAnswererPreprocessor")
+    preprocessor_cls = text.ByName("BertQuestionAnswererPreprocessor")
     reads_pooler = False  # as transformers' BertForQuestionAnswering, which has none
 
     def __init__(self, backbone, preprocessor=None, stride=128, max_question_length=64, max_answer_length=30,
@@ -74,7 +74,7 @@ class BertQuestionAnswerer(Task):
                 f"of up to max_question_length={max_question_length} tokens and {specials} special tokens; "
                 "use a longer sequence_length or a smaller max_question_length."
             )
-        inputs = backbone.input
+        inputs = self.backbone_inputs(backbone)
         sequence_output = backbone(inputs)["sequence_output"]
         span_logits = keras.layers.Dense(
             2, kernel_initializer=head_initializer(), dtype="float32", name="span_logits"
@@ -133,7 +133,7 @@ class BertQuestionAnswerer(Task):
             has no answer there), its score (the start and end logits' sum)
             and the null score ([CLS]'s).
         """
-        inputs = self.preprocessor_class.check_raw((questions, contexts))
+        inputs = self.preprocessor_cls.check_raw((questions, contexts))
         rows = task_answers.answers_in_slices(self, inputs, batch_size=batch_size)
         return [{"answer": r["answer"], "start": int(r["start"]), "end": int(r["end"]), "score": float(r["score"]),
                  "null_score": float(r["null_score"])} for r in rows]

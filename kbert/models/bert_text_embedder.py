@@ -7,6 +7,7 @@ from keras import ops
 from kbert import text
 from kbert.models import task_answers, task_inputs, task_presets
 from kbert.models.task import Task
+from kbert.models.task_training import schedule_learning_rate
 from kbert.presets import files, reader, tokenizer_files
 from kbert.presets import sentence_transformers as st
 from kbert.search import semantic_search
@@ -96,7 +97,7 @@ class BertTextEmbedder(Task):
     >>> embedder.fit((questions, passages), epochs=1, batch_size=32)
     """
 
-    preprocessor_class = text.ByName("BertTextEmbedderPreprocessor")
+    preprocessor_cls = text.ByName("BertTextEmbedderPreprocessor")
 
     def __init__(self, backbone, preprocessor=None, pooling="mean", normalize=True, dense=(), prompts=None,
                  default_prompt_name=None, include_prompt=True, truncate_dim=None, **kwargs):
@@ -107,7 +108,7 @@ class BertTextEmbedder(Task):
         prompts = dict(prompts or {})
         if default_prompt_name is not None and default_prompt_name not in prompts:
             raise ValueError(f"default_prompt_name={default_prompt_name!r} is not among prompts {list(prompts)}.")
-        inputs = dict(backbone.input)
+        inputs = dict(self.backbone_inputs(backbone))
         sequence_output = backbone(backbone.input)["sequence_output"]
         if include_prompt:
             mask = inputs["padding_mask"]
@@ -295,7 +296,7 @@ class BertTextEmbedder(Task):
         dataset = without_autotune(map_batches(texts, lambda texts, scores: (
             tuple(preprocessor.features(t, head, pad_to=pad_to) for t in texts), scores)))
         if self._compiled_by_default:
-            self._schedule_learning_rate(steps, epochs)
+            schedule_learning_rate(self, steps, epochs)
         # The pooler ([CLS] dense + tanh) is no part of an embedding: left
         # out of what fit trains, Keras does not warn that it gets no gradient.
         return contrastive_fit.fit_columns(self, dataset, steps, len(columns), loss, batch_size, epochs,

@@ -48,7 +48,7 @@ class BertTokenClassifier(BertClassifier):
     """
 
     classified_output = "sequence_output"
-    preprocessor_class = text.ByName("BertTokenClassifierPreprocessor")
+    preprocessor_cls = text.ByName("BertTokenClassifierPreprocessor")
     takes_pairs = False
     reads_pooler = False  # as transformers' BertForTokenClassification, which has none
 

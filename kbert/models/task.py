@@ -5,24 +5,40 @@
 import keras
 
 from kbert.models import task_answers, task_inputs, task_presets
-from kbert.models.task_weights import TrainedWeights
+from kbert.models.bert_backbone import BertBackbone
+from kbert.models.task_training import TrainedWeights, schedule_learning_rate, tensorflow_without_strategy
 from kbert.presets import to_transformers
 from kbert.text.pipeline import check_counts, count_examples, steps
 from kbert.tf_if_present import is_dataset
 from kbert.training.distribution import DistributedTraining
-from kbert.training.optimizers import bert_adamw, warmup_steps
-from kbert.training.recipes import FROM_RECIPE, RECIPES, SCHEDULE_FLOORS, SETTINGS, default_batch_size, recipe_settings
-from kbert.training.schedules import WarmupLinearDecay
+from kbert.training.optimizers import bert_adamw
+from kbert.training.recipes import FROM_RECIPE, RECIPES, SETTINGS, default_batch_size, recipe_settings
 
 
 class Task(DistributedTraining, TrainedWeights, keras.Model):
-    """Base of the task models: a functional model on `BertBackbone` with an
-    optional preprocessor of the task's class (`preprocessor_class`), so that
-    `fit`, `evaluate` and `predict` take raw strings. Subclasses build their
-    graph, then call `super().__init__(inputs, outputs, backbone=...,
-    preprocessor=...)`, and give `task_config` (the head's arguments)."""
+    """Base of the task models: a functional model on a backbone of
+    `backbone_cls` with an optional preprocessor of `preprocessor_cls`, so
+    that `fit`, `evaluate` and `predict` take raw strings. Subclasses build
+    their graph on `backbone_inputs(backbone)`, then call
+    `super().__init__(inputs, outputs, backbone=..., preprocessor=...)`.
 
-    preprocessor_class = None  # set by each task
+    What a task declares, by role (everything else is shared):
+    - built from (KerasHub's two): `backbone_cls`, `preprocessor_cls`;
+    - its head: built in `__init__`; `task_config()` (its arguments, saved),
+      `head_keys` (those a new head leaves out), `head_settings()` (what
+      the preprocessor reads of it);
+    - its inputs: `takes_pairs`, `packs_texts`;
+    - training: `default_loss()`, `default_metrics()`,
+      `default_weighted_metrics()`, `reads_pooler` (`task_training.py`);
+    - Hugging Face's checkpoints of it: `hf_head_table()`, `hf_head_config()`;
+    - serving: `serving_function()`, `serving_weights_to_cast()`.
+    The shared code is split by role too: this file (Keras' lifecycle),
+    `task_inputs.py` (raw input), `task_answers.py` (answers and export),
+    `task_presets.py` (presets), `task_training.py` (what trains, and its schedule)."""
+
+    backbone_cls = BertBackbone
+    preprocessor_cls = None  # set by each task
+    head_keys = ()  # head arguments a preset keeps only where its head is kept (e.g. class_names)
     takes_pairs = False  # whether an export may take `text` and `text_pair`
     packs_texts = False  # whether `from_preset` packs (see there) unless told otherwise
 
@@ -52,10 +68,22 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.backbone = backbone
         self.dtype_policy = backbone.dtype_policy  # the policy that runs (see BertBackbone)
-        self.preprocessor = None if preprocessor is None else self.preprocessor_class.from_preprocessor(preprocessor)
+        self.preprocessor = None if preprocessor is None else self.preprocessor_cls.from_preprocessor(preprocessor)
         self.input_padding = input_padding
         self.length_groups = int(length_groups)
         self._compiled_by_default = False
+
+    @classmethod
+    def backbone_inputs(cls, backbone):
+        """The inputs a task's graph is built on: `backbone`'s, once it is
+        known to be a `backbone_cls`."""
+        if not isinstance(backbone, cls.backbone_cls):
+            raise ValueError(
+                f"{cls.__name__} is built on a {cls.backbone_cls.__name__}; got {type(backbone).__name__}. Pass "
+                f"kbert.{cls.backbone_cls.__name__}(...) or kbert.{cls.backbone_cls.__name__}.from_preset(...), or "
+                f"build the task with kbert.{cls.__name__}.from_preset(preset, ...)."
+            )
+        return backbone.input
 
     def head_settings(self):
         """What the preprocessor needs to know of this model: the head's
@@ -149,44 +177,13 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         traced train step instead, each variable's initialisation becomes a
         function of its own, which made a first `fit` seconds slower
         (docs/benchmarks.md, "Measurements behind the code")."""
-        if (any_backend or self._tensorflow_without_strategy()) and not self.optimizer.built:
+        if (any_backend or tensorflow_without_strategy(self)) and not self.optimizer.built:
             self.optimizer.build(self._trained_variables())
 
     def _trained_variables(self):
         """The variables `fit` trains, in the order the optimizer holds their
         state (which `save` writes and `load_model` reads back by position)."""
         return self.trainable_variables
-
-    def _tensorflow_without_strategy(self):
-        """Whether Keras' TensorFlow trainer runs this model with no
-        `tf.distribute` strategy (where its train step is one `tf.function`
-        that reads variables as they are when it runs)."""
-        return keras.backend.backend() == "tensorflow" and getattr(self, "_distribute_strategy", None) is None
-
-    def _schedule_learning_rate(self, steps_per_epoch, epochs):
-        """Gives the default optimizer BERT's schedule over this `fit`'s steps.
-        Every `fit` gets its own warm-up and decay, so a second `fit` does
-        not train at the learning rate of 0 where the first one ended."""
-        if not steps_per_epoch or steps_per_epoch < 0:
-            return  # unknown length: keep the learning rate as it is
-        recipe = self.recipe
-        total = steps_per_epoch * epochs
-        # (`int` of a `tf.distribute` strategy's variable raises: read it as an array.)
-        steps = (total, warmup_steps(recipe["warmup"], total),
-                 int(keras.ops.convert_to_numpy(self.optimizer.iterations)))
-        floor = SCHEDULE_FLOORS[recipe["schedule"]]
-        optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # under a LossScaleOptimizer
-        schedule = getattr(optimizer, "_learning_rate", None)
-        if (self._tensorflow_without_strategy() and isinstance(schedule, WarmupLinearDecay)
-                and (schedule.peak, schedule.floor) == (recipe["learning_rate"], floor)):
-            # The traced train step reads the schedule's steps when it runs:
-            # no new trace (30 s of a second `fit` of a MiniLM classifier).
-            schedule.restart(*steps)
-            return
-        self.optimizer.learning_rate = WarmupLinearDecay(recipe["learning_rate"], *steps[:2], start_step=steps[2],
-                                                         floor=floor)
-        # Compiled train steps hold the previous schedule: trace them anew.
-        self.train_function = None
 
     # === Raw text in ===
 
@@ -228,7 +225,7 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
             elif validation_data is not None:
                 validation_data = task_inputs.dataset(self, validation_data, labeled=True)
         if self._compiled_by_default:
-            self._schedule_learning_rate(steps_per_epoch or steps(x, batch_size), epochs)
+            schedule_learning_rate(self, steps_per_epoch or steps(x, batch_size), epochs)
         self._build_optimizer()
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
                            validation_split=validation_split, validation_data=validation_data, shuffle=shuffle,
@@ -340,7 +337,7 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         if config.get("preprocessor") is not None:
-            cls.preprocessor_class  # noqa: B018 (loads kbert.text at first use: Keras then knows its classes)
+            cls.preprocessor_cls  # noqa: B018 (loads kbert.text at first use: Keras then knows its classes)
             config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
 

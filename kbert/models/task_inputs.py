@@ -66,7 +66,7 @@ def no_preprocessor(model):
     name = type(model).__name__
     return (f"This {name} has no preprocessor, so it takes token ids (a dict of token_ids, segment_ids and "
             f"padding_mask), not text. To give it text, build it with one: {name}.from_preset(preset, ...) "
-            f"keeps the preset's, or pass preprocessor={model.preprocessor_class.__name__}.from_preset(preset, "
+            f"keeps the preset's, or pass preprocessor={model.preprocessor_cls.__name__}.from_preset(preset, "
             "sequence_length=128).")
 
 

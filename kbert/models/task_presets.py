@@ -11,7 +11,6 @@ import h5py
 import keras
 
 from kbert import text, tf_if_present
-from kbert.models.bert_backbone import BertBackbone
 from kbert.presets import files, huggingface, loading, reader, tokenizer_files, weight_check
 
 TASK_WEIGHTS = "task.weights.h5"
@@ -116,7 +115,7 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
         raise ValueError(
             f"Got both preprocessor= and sequence_length={sequence_length}: the sequence length is the "
             "preprocessor's; build it with that length "
-            f"({cls.preprocessor_class.__name__}.from_preset(preset, sequence_length=...))."
+            f"({cls.preprocessor_cls.__name__}.from_preset(preset, sequence_length=...))."
         )
     preset = reader.read_preset(preset)
     kwargs = dict(kwargs)
@@ -126,7 +125,7 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
         has_preprocessor = (kwargs["preprocessor"] is not None if "preprocessor" in kwargs
                             else preset.has_tokenizer and tf_if_present.installed())
         backbone_kwargs.setdefault("packing", cls.packs_texts and has_preprocessor)
-    backbone = BertBackbone.from_preset_config(preset.checked_backbone_config(backbone_kwargs))
+    backbone = cls.backbone_cls.from_preset_config(preset.checked_backbone_config(backbone_kwargs))
     preprocessor = (kwargs.pop("preprocessor") if "preprocessor" in kwargs
                     else cls.preset_preprocessor(preset, sequence_length, backbone))
     if preset.kbert_layout:
@@ -153,7 +152,7 @@ def _head_arguments(cls, preset_config, kwargs):
     they give another `num_classes`, the head is new, and the preset's
     settings of its old head (the task's `head_keys`) are left out."""
     if "num_classes" in kwargs and kwargs["num_classes"] != preset_config.get("num_classes", kwargs["num_classes"]):
-        preset_config = {k: v for k, v in preset_config.items() if k not in getattr(cls, "head_keys", ())}
+        preset_config = {k: v for k, v in preset_config.items() if k not in cls.head_keys}
     return {**preset_config, **kwargs}
 
 
@@ -172,7 +171,7 @@ def preset_preprocessor(cls, preset, sequence_length, backbone):
             f"sequence_length={sequence_length} is longer than this model's maximum, "
             f"{backbone.max_sequence_length} positions; use sequence_length <= {backbone.max_sequence_length}."
         )
-    return cls.preprocessor_class(tokenizer,
+    return cls.preprocessor_cls(tokenizer,
                                   sequence_length=sequence_length or min(512, backbone.max_sequence_length),
                                   **preset.preprocessor_settings)
 

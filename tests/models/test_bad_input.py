@@ -78,6 +78,15 @@ def test_num_classes_must_be_a_positive_int(minilm_dir, num_classes):
         tiny_classifier(minilm_dir, num_classes=num_classes)
 
 
+
+@pytest.mark.parametrize("cls, args", [(kbert.BertClassifier, (2,)), (kbert.BertQuestionAnswerer, ()),
+                                       (kbert.BertMaskedLM, ()), (kbert.BertTextEmbedder, ())])
+def test_a_task_built_on_something_else_than_a_backbone_says_what_to_pass(cls, args):
+    # e.g. a preset name where the backbone goes: before, an AttributeError from inside the head.
+    with pytest.raises(ValueError, match=rf"{cls.__name__} is built on a BertBackbone; got str\. Pass "
+                                         rf"kbert\.BertBackbone\(\.\.\.\).*{cls.__name__}\.from_preset"):
+        cls("base", *args)
+
 @pytest.fixture
 def tiny_preset(tmp_path):
     """A 2-layer Hugging Face checkpoint with a 120-token vocab.txt."""

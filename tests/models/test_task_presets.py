@@ -82,7 +82,7 @@ def test_save_to_preset_restores_every_setting_of_get_config(cls, tmp_path, mini
     tokenizer = kbert.BertTokenizer.from_preset(minilm_dir)
     default = cls(tiny_backbone(), preprocessor=kbert.BertPreprocessor(tokenizer, sequence_length=96),
                   **({"num_classes": 2} if "num_classes" in OFF_DEFAULT[cls] else {}))
-    preprocessor = cls.preprocessor_class(tokenizer, sequence_length=96, truncation="only_first", pad_to="longest",
+    preprocessor = cls.preprocessor_cls(tokenizer, sequence_length=96, truncation="only_first", pad_to="longest",
                                           pad_to_multiple_of=8, name="my_preprocessor")
     padding = "bucket" if default.input_padding == "sequence_length" else "sequence_length"
     length_groups = 7 if default.length_groups == 0 else 0
