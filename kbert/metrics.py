@@ -8,9 +8,6 @@ from collections import Counter
 
 import numpy as np
 
-from kbert.text.token_classification import bio_entities
-from kbert.tf_if_present import tf
-
 _ASCII_PUNCTUATION = set(string.punctuation)
 
 
@@ -85,13 +82,28 @@ def entity_f1(true_tags, predicted_tags):
 
 
 def _entity_set(tags):
-    """{(sentence, first word, last word, type)} of BIO tag lists, grouped by
-    the same `bio_entities` that the models' entities come from."""
-    labels = tf.ragged.constant([[t or "" for t in sentence] for sentence in tags], tf.string, ragged_rank=1)
-    entities = bio_entities(labels, tf.ones_like(labels, tf.float32))
-    rows = entities["label"].value_rowids().numpy()
-    columns = [entities[k].flat_values.numpy() for k in ("first_word", "last_word", "label")]
-    return {(int(r), int(a), int(b), k.decode()) for r, a, b, k in zip(rows, *columns)}
+    """{(sentence, first word, last word, type)} of BIO tag lists."""
+    return {(i, *span) for i, sentence in enumerate(tags) for span in bio_spans(sentence)}
+
+
+def bio_spans(tags):
+    """`[(first word, last word, type)]` of one sentence's BIO tags, by the
+    rules of the models' own grouping (`kbert.text.token_classification.
+    bio_entities`, in-graph, that `entities` and the served model use): `B-X`
+    starts an X entity; `I-X` continues one of type X on the word before,
+    else starts one; any other tag (`O`, None, "") is outside. In Python, so
+    that metrics need no TensorFlow; a test holds the two equal."""
+    spans, previous = [], None  # previous: the type of the entity on the word before
+    for index, tag in enumerate(tags):
+        prefix, _, kind = (tag or "").partition("-")
+        if prefix not in ("B", "I") or not kind:
+            previous = None
+        elif prefix == "I" and previous == kind:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index, kind])
+            previous = kind
+    return [tuple(span) for span in spans]
 
 
 def retrieval_metrics(ranked_ids, relevant_ids, recall_at=(1, 10), mrr_at=10, ndcg_at=10):

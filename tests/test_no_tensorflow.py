@@ -135,6 +135,8 @@ def test_raw_text_tf_data_and_export_are_refused_naming_tensorflow(minilm_dir, t
         kbert.BertTokenizer.from_preset(minilm_dir)
     with pytest.raises(ImportError, match="TensorFlow is not installed.*pip install"):
         kbert.text.pretraining_dataset(str(tmp_path))
+    with pytest.raises(ImportError, match="TensorFlow is not installed.*pip install"):
+        kbert.text.train_wordpiece_vocabulary(["a fine film"], vocabulary_size=100)
     with pytest.raises(ImportError, match="pip install tensorflow"):  # (Keras' own SavedModel export says so)
         model.export(str(tmp_path / "saved_model"))
 
@@ -145,3 +147,4 @@ def test_search_and_metrics_run_without_tensorflow():
     assert ids[0][0] == 0
     assert metrics.squad_metrics(["Jane Austen"], [["Jane Austen"]])["exact_match"] == 100.0
     assert metrics.spearman([1, 2, 3], [1, 2, 3]) == pytest.approx(1.0)
+    assert metrics.entity_f1([["B-PER", "I-PER", "O"]], [["B-PER", "I-PER", "B-LOC"]])["recall"] == 1.0

@@ -10,6 +10,8 @@ which imports this package, runs without TensorFlow on JAX and PyTorch
 import importlib
 import importlib.util
 
+from kbert.tf_if_present import MISSING
+
 _MODULES = {
     "BertTokenizer": "tokenizer",
     "SentencePieceTokenizer": "sentencepiece_tokenizer",
@@ -38,7 +40,13 @@ __all__ = list(_MODULES)
 
 def __getattr__(name):
     if name in _MODULES:
-        value = getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)
+        try:
+            module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
+        except ModuleNotFoundError as e:  # a module that imports tensorflow-text's own tools
+            if (e.name or "").split(".")[0] not in ("tensorflow", "tensorflow_text"):
+                raise
+            raise ImportError(MISSING) from e
+        value = getattr(module, name)
         globals()[name] = value
         return value
     if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:

@@ -9,7 +9,7 @@ import transformers
 
 import kbert
 from kbert.models import task_inputs
-from kbert.metrics import entity_f1
+from kbert.metrics import bio_spans, entity_f1
 from kbert.models import BertTokenClassifier
 from kbert.text.conll import read_conll
 from kbert.text.token_classification import bio_entities as grouped, pack_words, token_labels
@@ -110,6 +110,16 @@ def test_entity_f1_counts_only_exact_spans_of_the_right_type():
     assert scores["precision"] == pytest.approx(1 / 3) and scores["recall"] == pytest.approx(1 / 3)
     assert entity_f1(true, true)["f1"] == 1.0
 
+
+
+def test_entity_f1_groups_tags_as_the_models_own_entities_do():
+    # metrics.bio_spans (Python, no TensorFlow) against the in-graph grouping
+    # that `entities` and the served model use, on random tag sequences.
+    rng = np.random.default_rng(0)
+    choices = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-", "B", None, "", "I-PER-X", "X-PER"]
+    for _ in range(200):
+        tags = [choices[i] for i in rng.integers(0, len(choices), rng.integers(0, 12))]
+        assert [(a, b + 1, k) for a, b, k in bio_spans(tags)] == bio_entities(tags), tags
 
 def test_fit_on_word_lists_with_tag_names_lowers_the_loss(preprocessor):
     sentences, tags = read_wnut(32)
