@@ -8,7 +8,8 @@ A family module holds:
   `"ForSequenceClassification"`), and `POOLED`, the classes with a pooler;
 - `PREFIX`: the backbone's weights in a task checkpoint (`"bert."`);
 - `backbone_config(hf_config, source)` / `hf_config(backbone_config)`: the
-  config mapping both ways; `backbone_table(backbone)`: the weight names,
+  config mapping both ways, by `CONFIG_TABLE`'s rows (kbert argument,
+  config.json key, default); `backbone_table(backbone)`: the weight names,
   read both ways (rows of `kbert.families.tables`);
 - the heads that differ: `CLASSIFIER_HEAD` (None: dropout and a dense layer
   on the pooled first token; else the dense layer and activation of
@@ -46,6 +47,14 @@ def of_hf_config(hf_config, source="config.json"):
         raise ValueError(f'{source} describes a "{model_type}" model; kbert loads {", ".join(MODEL_TYPES)} '
                          "checkpoints.")
     return _BY_MODEL_TYPE[model_type]
+
+
+def config_names(hf_config):
+    """`{kbert argument: config.json key}` of the family of a `config.json`
+    dict (BERT's for a `model_type` kbert does not read: that is refused
+    where the config is read whole)."""
+    model_type = hf_config.get("model_type", "bert") if isinstance(hf_config, dict) else "bert"
+    return {kbert: hf for kbert, hf, _ in _BY_MODEL_TYPE.get(model_type, bert).CONFIG_TABLE}
 
 
 def backbone_config(hf_config, source="config.json"):

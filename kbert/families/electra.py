@@ -25,6 +25,8 @@ TOKENIZER_FILES = {"electra": bert.TOKENIZER_FILES["bert"]}
 CLASSIFIER_OUTPUT = "classifier.out_proj"
 CLASSIFIER_HEAD = {"activation": "gelu", "dropout_first": True}
 
+CONFIG_TABLE = (*bert.CONFIG_TABLE, ("embedding_dim", "embedding_size", None))  # (None: the hidden size)
+
 
 def backbone_config(hf_config, source="config.json"):
     config = bert.backbone_config(hf_config, source)

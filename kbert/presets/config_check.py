@@ -11,22 +11,14 @@ must fit in this machine's.
 
 import os
 
+from kbert import families
 from kbert.presets.registry import parameter_count
 
-# BertBackbone's sizes, and config.json's names for them. Hugging Face's
-# config.json is read into all of BertBackbone's arguments by
-# `huggingface.backbone_config`; the sizes are named here too so that a hub
-# preset's config.json is checked as soon as it arrives, before the rest of
-# its files (files.py, which huggingface.py imports, cannot import it).
-HF_SIZES = {
-    "vocabulary_size": "vocab_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "hidden_dim": "hidden_size",
-    "intermediate_dim": "intermediate_size",
-    "max_sequence_length": "max_position_embeddings",
-    "num_segments": "type_vocab_size",
-}
+# BertBackbone's sizes. A Hugging Face config.json is checked by its own
+# names for them (its family's, `families.config_names`) as soon as it
+# arrives, before the rest of a hub preset's files are downloaded.
+SIZES = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length",
+         "num_segments")
 # Building a model holds its float32 weights; loading a checkpoint into it
 # holds them again, as read from the file.
 _BYTES_PER_PARAMETER = 2 * 4
@@ -42,7 +34,7 @@ def check_backbone_config(config, source, names=None):
     heads, or the model would not fit in memory. `names` maps each argument
     to the name `source` gives it, for the error messages."""
     names = names or {}
-    for key in HF_SIZES:
+    for key in SIZES:
         value = config.get(key)
         smallest = 0 if key == "num_segments" else 1  # DistilBERT has no token types
         if key in config and (isinstance(value, bool) or not isinstance(value, int) or value < smallest):
@@ -63,7 +55,7 @@ def check_backbone_config(config, source, names=None):
     needed = parameters * _BYTES_PER_PARAMETER + config["num_layers"] * _BYTES_PER_LAYER
     memory = memory_bytes()
     if memory is not None and needed > memory:
-        sizes = ", ".join(f"{names.get(k, k)}={config[k]:,}" for k in HF_SIZES if k in config)
+        sizes = ", ".join(f"{names.get(k, k)}={config[k]:,}" for k in SIZES if k in config)
         raise ValueError(
             f"{source} describes a model of {parameters:,} parameters ({sizes}). Building it and loading its "
             f"weights needs about {needed / 1e9:,.1f} GB of memory, and this machine has {memory / 1e9:,.1f} GB. "
@@ -73,12 +65,13 @@ def check_backbone_config(config, source, names=None):
 
 def check_hf_config(hf_config, source):
     """`check_backbone_config` for a Hugging Face config.json's dict, by its
-    own names. Anything that is not a BERT config is left to
-    `huggingface.backbone_config` to explain."""
+    family's names (DistilBERT's `n_layers`, `dim`, ...). A config kbert
+    cannot read is left to `huggingface.backbone_config` to explain."""
     if not isinstance(hf_config, dict):
         return
-    config = {key: hf_config[hf] for key, hf in HF_SIZES.items() if hf in hf_config}
-    check_backbone_config(config, source, names=HF_SIZES)
+    names = {key: hf for key, hf in families.config_names(hf_config).items() if key in SIZES}
+    config = {key: hf_config[hf] for key, hf in names.items() if hf in hf_config}
+    check_backbone_config(config, source, names=names)
 
 
 def memory_bytes():

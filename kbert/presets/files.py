@@ -258,11 +258,12 @@ def _cached_snapshot(repo, revision, cache, tokenizer_config_checked=True):
 
 def _how_to_fetch(repo, revision, cache):
     at = f" --revision {revision}" if revision != "main" else ""
+    tokenizers = " or ".join(" + ".join(names) for names in families.all_tokenizer_files())
     return (
-        f"To use it offline, download config.json, vocab.txt, tokenizer_config.json (where the repository has "
-        f"one: without it the tokenizer lowercases) and model.safetensors (or pytorch_model.bin) from "
-        f"{hf_endpoint()}/{repo} into one folder and pass that folder as the preset; or, online, fill the "
-        f"Hugging Face cache ({cache}) with `hf download {repo} config.json vocab.txt tokenizer_config.json "
+        f"To use it offline, download config.json, the tokenizer's files ({tokenizers}), tokenizer_config.json "
+        f"(where the repository has one: without it a WordPiece tokenizer lowercases) and model.safetensors (or "
+        f"pytorch_model.bin) from {hf_endpoint()}/{repo} into one folder and pass that folder as the preset; or, "
+        f"online, fill the Hugging Face cache ({cache}) with `hf download {repo} --include '*.json' '*.txt' '*.model' "
         f"model.safetensors{at}` and copy it over."
     )
 
@@ -379,8 +380,8 @@ def _explain(error, repo, revision, filename, endpoint, what, how):
     if _is_missing_file(error):
         return FileNotFoundError(
             f"{what} has no {filename}{' (nor tokenizer.json)' if filename == VOCABULARY else ''} at revision "
-            f"{revision}: kbert reads BERT checkpoints in Hugging Face's layout (config.json, vocab.txt or "
-            f"tokenizer.json, model.safetensors or pytorch_model.bin); see {page}."
+            f"{revision}: kbert reads checkpoints in Hugging Face's layout (config.json, the tokenizer's files, "
+            f"model.safetensors or pytorch_model.bin); see {page}."
         )
     if isinstance(error, (OSError, hub_errors.HfHubHTTPError)) or type(error).__module__.split(".")[0] in (
         "httpx", "httpx2", "requests", "urllib3", "huggingface_hub",

@@ -116,6 +116,19 @@ def test_an_absurd_config_is_refused_before_any_other_file_is_downloaded(hub, ti
     assert fetched == {"config.json"}
 
 
+
+def test_an_absurd_distilbert_config_is_refused_by_its_own_names_before_any_other_file(hub, tiny_bert):
+    # DistilBERT's config.json names its sizes n_layers, dim, hidden_dim (the feed-forward's).
+    files, _ = tiny_bert
+    config = {"model_type": "distilbert", "vocab_size": 100, "n_layers": 100_000, "n_heads": 2, "dim": 4096,
+              "hidden_dim": 64, "max_position_embeddings": 64}
+    hub.repos["owner/absurd-distilbert"] = {**files, "config.json": json.dumps(config).encode()}
+    with pytest.raises(ValueError, match=r"The config\.json of hf://owner/absurd-distilbert describes a model of "
+                                         r"[\d,]+ parameters \(vocab_size=100, n_layers=100,000, n_heads=2, dim=4,096"):
+        kbert.BertBackbone.from_preset("hf://owner/absurd-distilbert")
+    fetched = {path.rsplit("/", 1)[-1] for method, path in hub.requests if method == "GET"}
+    assert fetched == {"config.json"}
+
 def weight_gets(hub):
     return sum(1 for method, path in hub.requests if method == "GET" and path.endswith("/model.safetensors"))
 
