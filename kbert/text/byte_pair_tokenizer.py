@@ -240,8 +240,7 @@ class BytePairTokenizer(Tokenizer):
         self._vocabulary = self._tokenization.vocabulary
         self._tokens = tf.constant(vocabulary)
         # The hash tables are resources: a SavedModel holds those its modules track.
-        self._tables = [self._tokenization.single_tokens, self._tokenization.merges.byte_table,
-                        self._tokenization.merges.pair_table]
+        self._tables = [self._tokenization.single_tokens, self._tokenization.merges.pair_table]
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
