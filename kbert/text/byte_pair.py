@@ -29,17 +29,6 @@ WHITESPACE = r"[\t\n\x0B\f\r\x{85}\p{Z}]"
 _NOT_SPACE_CLASS = r"[^\t\n\x0B\f\r\x{85}\p{Z}\p{L}\p{N}]"
 WORD = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?" + _NOT_SPACE_CLASS + "+|"
         + WHITESPACE + r"+\z|" + WHITESPACE)
-# The same pattern for text of Latin letters (up to U+024F) and for ASCII,
-# with their classes spelled out for that range: RE2 splits with them two and
-# four times as fast as with the Unicode classes.
-_LATIN_LETTER = r"A-Za-z\x{AA}\x{B5}\x{BA}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{24F}"
-_LATIN_NUMBER = r"0-9\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE}"
-_LATIN_SPACE = r"\t\n\x0B\f\r \x{85}\x{A0}"
-LATIN_WORD = (rf"'s|'t|'re|'ve|'m|'ll|'d| ?[{_LATIN_LETTER}]+| ?[{_LATIN_NUMBER}]+| ?[^{_LATIN_SPACE}{_LATIN_LETTER}"
-              rf"{_LATIN_NUMBER}]+|[{_LATIN_SPACE}]+\z|[{_LATIN_SPACE}]")
-_ASCII_SPACE = r"[\t\n\x0B\f\r ]"
-ASCII_WORD = (r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\t\n\x0B\f\r A-Za-z0-9]+|"
-              + _ASCII_SPACE + r"+\z|" + _ASCII_SPACE)
 # Beyond any real vocabulary: a pair's key is left * _KEY_BASE + right; its
 # value rank << _RANK_SHIFT | flags << _FLAGS_SHIFT | merged id, so that the
 # lowest value is the lowest rank; _NONE for a pair without a merge.
@@ -93,21 +82,33 @@ def as_written(texts, pieces, starts, ends):
 
 def _split(texts):
     """The words of GPT-2's pattern with one word for each whitespace
-    character not at the end: `(words, starts, ends)`, ragged `[texts, (words)]`."""
-    ascii = tf.strings.regex_full_match(texts, r"[\x00-\x7f]*")
-    latin = tf.strings.regex_full_match(texts, r"[\x00-\x{24F}]*")
+    character not at the end: `(words, starts, ends)`, ragged `[texts, (words)]`.
 
-    def split(rows, pattern):
-        return regex_split(tf.gather(texts, rows), pattern)
+    Every character of valid UTF-8 is in a word, so RE2 marks where each
+    word starts (U+0000, which the texts here do not hold) and the marked
+    texts are split at the marks. RE2 finds a match's bounds with its DFAs
+    alone; a split keeping each match as a capture group, as
+    `regex_split_with_offsets` does, runs its slower NFA over every match, at
+    a cost that grows with the size of the pattern's Unicode classes. A batch
+    with bytes that are not UTF-8 (which no pattern matches) is split so.
+    """
+    texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
 
-    def each_with_its_pattern():
-        groups = [tf.where(ascii)[:, 0], tf.where(latin & ~ascii)[:, 0], tf.where(~latin)[:, 0]]
-        splits = [split(rows, pattern) for rows, pattern in zip(groups, (ASCII_WORD, LATIN_WORD, WORD))]
-        order = tf.math.invert_permutation(tf.concat(groups, 0))
-        return tuple(tf.gather(tf.concat(parts, 0), order) for parts in zip(*splits))
+    def split_at_marks():
+        pieces = tf.strings.split(tf.strings.regex_replace(texts, WORD, "\x00\\0"), "\x00")
+        # Each text's first piece is the empty one before its first mark.
+        lengths = tf.cast(tf.strings.length(pieces.flat_values), tf.int64)
+        kept = tf.where(lengths > 0)[:, 0]
+        row_splits = pieces.row_splits - tf.range(tf.size(pieces.row_splits, tf.int64))
+        lengths = tf.gather(lengths, kept)
+        before = tf.cumsum(lengths, exclusive=True)
+        starts = before - repeat(tf.gather(tf.concat([before, [0]], 0), row_splits[:-1]),
+                                 row_splits[1:] - row_splits[:-1])
+        return tuple(tf.RaggedTensor.from_row_splits(values, row_splits, validate=False)
+                     for values in (tf.gather(pieces.flat_values, kept), starts, starts + lengths))
 
-    return tf.cond(tf.reduce_all(ascii), lambda: split(tf.range(tf.size(texts, tf.int64)), ASCII_WORD),
-                   each_with_its_pattern)
+    return tf.cond(tf.reduce_all(tf.strings.regex_full_match(texts, "(?s).*")), split_at_marks,
+                   lambda: regex_split_with_offsets(texts, WORD, "(?s).+"))
 
 
 def _join_spaces(words, starts, ends):
