@@ -12,8 +12,8 @@ words of the language the vocabulary was trained on) is looked up in a hash
 table instead: the merge loop then runs over the other words only, and only
 as many rounds as the longest of them needs. (SentencePiece's BPE, which
 tensorflow-text runs in C++, scores pieces, not pairs: it may merge two
-pieces that Hugging Face's merges never join, so it is not used. Splitting
-into words costs more than merging: docs/benchmarks.md, Tokenization.)
+pieces that Hugging Face's merges never join, so it is not used. Where the
+time goes: docs/benchmarks.md, Tokenization.)
 """
 
 import os
