@@ -19,11 +19,15 @@ the fast XLM-RoBERTa tokenizer.
 Peers: Hugging Face `tokenizers` (Rust, `encode_batch`), `transformers`'
 `BertTokenizerFast` (the same Rust code behind a Python API), and KerasHub's
 BertTokenizer when `keras_hub` is installed. Runs alternate between tokenizers
-and each figure is the median of `--passes` passes.
+and each figure is the median of `--passes` passes. Each pass over kbert's
+`tf.data` pipeline starts a new iterator, as each epoch of `fit` does, and
+tf.data rewrites and instantiates the tokenizer's graph for it: a fixed cost
+of each pass (docs/benchmarks.md, Tokenization). `--repeat N` tokenizes the
+corpus N times over in each pass, which spreads that cost.
 
 Usage:
     python benchmarks/tokenization.py [--tokenizer wordpiece|bpe|sentencepiece] [--corpus english|multilingual]
-                                      [--passes 3] [--batch-size 1024]
+                                      [--passes 3] [--batch-size 1024] [--repeat 1]
 """
 
 import argparse
@@ -178,9 +182,10 @@ def main():
                         help="english: MR + Austen; multilingual: de/fr/nl reviews + Chinese STS-B")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--repeat", type=int, default=1, help="tokenize the corpus this many times over in each pass")
     args = parser.parse_args()
 
-    lines = read_multilingual_corpus() if args.corpus == "multilingual" else read_corpus()
+    lines = (read_multilingual_corpus() if args.corpus == "multilingual" else read_corpus()) * args.repeat
     if args.tokenizer == "bpe":
         folder = byte_pair_folder(read_corpus() + read_multilingual_corpus(), tempfile.mkdtemp())
         kbert_name = "kbert BytePairTokenizer (tf.data)"
@@ -208,7 +213,7 @@ def main():
             "HF BertTokenizerFast": transformers_runner(folder, lines, args.batch_size),
         }
     megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
-    print(f"Corpus: {len(lines):,} lines, {megabytes:.2f} MB ({args.corpus}); "
+    print(f"Corpus: {len(lines):,} lines, {megabytes:.2f} MB ({args.corpus}, {args.repeat}x); "
           f"batch size {args.batch_size}; {os.cpu_count()} CPU cores; median of {args.passes} passes.")
 
     if args.tokenizer == "wordpiece":

@@ -12,8 +12,8 @@ words of the language the vocabulary was trained on) is looked up in a hash
 table instead: the merge loop then runs over the other words only, and only
 as many rounds as the longest of them needs. (SentencePiece's BPE, which
 tensorflow-text runs in C++, scores pieces, not pairs: it may merge two
-pieces that Hugging Face's merges never join, so it is not used. Splitting
-into words costs more than merging: docs/benchmarks.md, Tokenization.)
+pieces that Hugging Face's merges never join, so it is not used. Where the
+time goes: docs/benchmarks.md, Tokenization.)
 """
 
 import os
@@ -94,16 +94,16 @@ class _Tokenization:
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, texts):
-        return self._tokenize(texts)[0]
+        return self._tokenize(texts, with_spans=False)[0]
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize_with_byte_spans(self, texts):
-        ids, starts, ends = self._tokenize(texts)
+        ids, starts, ends = self._tokenize(texts, with_spans=True)
         if self.trim_offsets:
             starts, ends = self._trim(ids, starts, ends)
         return ids, starts, ends
 
-    def _tokenize(self, texts):
+    def _tokenize(self, texts, with_spans):
         # Special tokens written in the text split it into segments first.
         segments, segment_starts, segment_ends = self._split_special_tokens(texts)
         flat = segments.flat_values
@@ -124,6 +124,12 @@ class _Tokenization:
         word_special = tf.gather(special_id, word_segment)
         single = tf.where(word_special >= 0, word_special, self.single_tokens.lookup(flat_words))
         pieces = _merge_where_needed(single, lambda rows: self.merges.encode(tf.gather(flat_words, rows)))
+        row_splits = tf.gather(tf.gather(pieces.row_splits, words.row_splits), segments.row_splits)
+        ids = tf.RaggedTensor.from_row_splits(tf.cast(pieces.flat_values, tf.int32), row_splits, validate=False)
+        if not with_spans:
+            # (A graph without the spans: tf.data rewrites and instantiates
+            # the whole graph again for every iterator, each epoch.)
+            return (ids,)
 
         # Each piece's bytes in its word, then in the text.
         lengths = tf.gather(self.token_bytes, pieces.flat_values)
@@ -144,9 +150,7 @@ class _Tokenization:
         piece_starts = tf.where(piece_special, segment_start + lead, piece_starts)
         piece_ends = tf.where(piece_special, segment_start + lead + lengths, piece_ends)
 
-        row_splits = tf.gather(tf.gather(pieces.row_splits, words.row_splits), segments.row_splits)
-        return tuple(tf.RaggedTensor.from_row_splits(values, row_splits, validate=False)
-                     for values in (tf.cast(pieces.flat_values, tf.int32), piece_starts, piece_ends))
+        return (ids, *(ids.with_flat_values(values) for values in (piece_starts, piece_ends)))
 
     def _split_special_tokens(self, texts):
         if not self.specials:
@@ -240,8 +244,7 @@ class BytePairTokenizer(Tokenizer):
         self._vocabulary = self._tokenization.vocabulary
         self._tokens = tf.constant(vocabulary)
         # The hash tables are resources: a SavedModel holds those its modules track.
-        self._tables = [self._tokenization.single_tokens, self._tokenization.merges.byte_table,
-                        self._tokenization.merges.pair_table]
+        self._tables = [self._tokenization.single_tokens, self._tokenization.merges.pair_table]
 
     @classmethod
     def from_preset(cls, preset, **kwargs):

@@ -3,6 +3,7 @@
 import gzip
 import itertools
 import json
+import random
 import time
 from pathlib import Path
 
@@ -79,6 +80,20 @@ def test_ids_equal_hugging_face_on_every_corpus_line(tokenizer, folder):
         theirs = hf_ids(hf_class.from_pretrained(str(folder)), lines)
         differing = [line for line, a, b in zip(lines, ours, theirs) if a != b]
         assert not differing, f"{len(differing)} of {len(lines)} lines differ from {hf_class.__name__}: {differing[:3]}"
+
+
+def test_ids_equal_hugging_face_where_many_merges_meet_in_long_words(tmp_path):
+    # Words of three letters: each pair's neighbours have merges of their
+    # own at nearby ranks, the case where merging a pair early must wait.
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abc") for _ in range(rng.randint(1, 60))) for _ in range(3000)]
+    trainer = ByteLevelBPETokenizer()
+    trainer.train_from_iterator([" ".join(words[i:i + 10]) for i in range(0, 2000, 10)], vocab_size=600,
+                                special_tokens=SPECIALS, show_progress=False)
+    trainer.save_model(str(tmp_path))
+    texts = [" ".join(words[i:i + 5]) for i in range(2000, 3000, 5)] + ["".join(words[2000:2100])]
+    ours = BytePairTokenizer(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    assert ours(texts).to_list() == [e.ids for e in trainer.encode_batch(texts)]
 
 
 def test_ids_equal_hugging_face_on_edge_cases(tokenizer, hf):
