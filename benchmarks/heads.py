@@ -25,7 +25,7 @@ import sys
 import time
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "data")
-BATCH, LEARNING_RATE = 16, 5e-5
+BATCH = 16
 
 
 def read(task, split, limit):
@@ -79,7 +79,7 @@ def baselines(test):
             'predict "neutral"': score("goemotions", neutral, test[1])}
 
 
-def run_kbert(task, train, test, epochs, seed, length):
+def run_kbert(task, train, test, epochs, seed, length, learning_rate):
     import keras
 
     import kbert
@@ -91,7 +91,7 @@ def run_kbert(task, train, test, epochs, seed, length):
     else:
         model = kbert.BertClassifier.from_preset(checkpoint, num_classes=28, class_names=emotions(),
                                                  problem_type="multi_label_classification", sequence_length=length)
-    model.compile()
+    model.compile(learning_rate=learning_rate)
     start = time.perf_counter()
     model.fit(*train, batch_size=BATCH, epochs=epochs, verbose=0)
     seconds = time.perf_counter() - start
@@ -102,7 +102,7 @@ def run_kbert(task, train, test, epochs, seed, length):
     return seconds, predictions
 
 
-def run_transformers(task, train, test, epochs, seed, length):
+def run_transformers(task, train, test, epochs, seed, length, learning_rate):
     import numpy as np
     import torch
     import transformers
@@ -134,7 +134,7 @@ def run_transformers(task, train, test, epochs, seed, length):
     decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
     rest = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
-                                  lr=LEARNING_RATE, eps=1e-8)
+                                  lr=learning_rate, eps=1e-8)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, -(-steps // 10), steps)
     model.train()
     start = time.perf_counter()
@@ -163,7 +163,7 @@ def _minilm():
 def child(args):
     train, test = read(args.task, "train", args.train), read(args.task, "test", args.test)
     run = run_kbert if args.library == "kbert" else run_transformers
-    seconds, predictions = run(args.task, train, test, args.epochs, args.seed, args.length)
+    seconds, predictions = run(args.task, train, test, args.epochs, args.seed, args.length, args.learning_rate)
     print(json.dumps({"seconds": seconds, **score(args.task, predictions, test[1])}))
 
 
@@ -174,6 +174,7 @@ def main():
     parser.add_argument("--test", type=int, help="test examples (the first N; all of the file by default)")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--length", type=int, default=64, help="sequence length, in tokens")
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--library", choices=["kbert", "transformers"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -187,7 +188,8 @@ def main():
         for library in ("kbert", "transformers"):
             sizes = [f"--{s}={getattr(args, s)}" for s in ("train", "test") if getattr(args, s) is not None]
             command = [sys.executable, __file__, "--task", task, "--library", library, *sizes,
-                       "--epochs", str(args.epochs), "--length", str(args.length), "--seed", str(args.seed)]
+                       "--epochs", str(args.epochs), "--length", str(args.length),
+                       "--learning-rate", str(args.learning_rate), "--seed", str(args.seed)]
             out = subprocess.run(command, capture_output=True, text=True)
             if out.returncode:
                 sys.exit(f"{library} on {task} failed:\n{out.stderr[-3000:]}")
