@@ -1,6 +1,6 @@
 """The new heads on real data, kbert beside transformers on the same
 checkpoint, data, recipe and seed: STS-B regression (Spearman on its test
-split) and GoEmotions multi-label classification (micro- and macro-F1 at 0.5).
+split) and GoEmotions multi-label classification (micro- and macro-F1 at 0.5 and 0.3).
 
     python benchmarks/heads.py [--task stsb|goemotions|all] [--train N] [--test N] [--epochs E] [--length L]
         [--learning-rate LR]
