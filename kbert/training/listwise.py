@@ -124,9 +124,10 @@ class LambdaLoss(keras.losses.Loss):
             pairs = pairs & (ops.where(pairs, differences, 0.0) > 0)
         k = min(self.k or n, n)
         positions = np.arange(n)
-        pairs = pairs & ((positions[:, None] < k) | (positions[None, :] < k))[None]  # the paper's Eq. 18
+        top = ops.convert_to_tensor((positions[:, None] < k) | (positions[None, :] < k))
+        pairs = pairs & top[None]  # the paper's Eq. 18
         true_sorted, ideal = ops.maximum(true_sorted, 0.0), ops.maximum(ideal, 0.0)
-        discount = np.log2(2.0 + positions, dtype="float32")[None]  # log2(1 + rank)
+        discount = ops.convert_to_tensor(np.log2(2.0 + positions, dtype="float32")[None])  # log2(1 + rank)
         best = ops.maximum(ops.sum(((2.0 ** ideal - 1) / discount)[:, :k], axis=-1), self.eps)
         gain = (2.0 ** true_sorted - 1) / best[:, None]
         weights = self._weights(gain, discount, positions)
@@ -147,7 +148,7 @@ class LambdaLoss(keras.losses.Loss):
             apart = np.abs(positions[:, None] - positions[None, :]).astype("float32")
             # |1/D(|i-j|) - 1/D(|i-j|+1)|, D(r) = log2(1 + r); 0 on the diagonal.
             deltas = np.where(apart > 0, np.abs(1 / np.log2(1 + np.maximum(apart, 1)) - 1 / np.log2(2 + apart)), 0)
-            return deltas.astype("float32")[None] * ops.abs(gain[:, :, None] - gain[:, None, :])
+            return ops.convert_to_tensor(deltas.astype("float32"))[None] * ops.abs(gain[:, :, None] - gain[:, None, :])
 
         if self.weighting_scheme == "none":
             return ops.ones_like(gain)[:, :, None]
