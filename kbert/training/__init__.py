@@ -15,7 +15,7 @@ because on some CPUs its oneDNN kernels kill the process
 (`kbert.training.precision.bfloat16_crash()`).
 """
 
-from kbert.training import precision
+from kbert.training import listwise, precision
 from kbert.training.adamw import AdamW, Lamb
 from kbert.training.distribution import data_parallel, strategy
 from kbert.training.optimizers import (
