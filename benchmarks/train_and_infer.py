@@ -15,9 +15,10 @@ MiniLM-L6 is the real all-MiniLM-L6-v2 checkpoint; "base" is BERT-Base with
 random weights (same cost as the real one, no download); "roberta_base" is
 RoBERTa-base with random weights, saved as a transformers
 RobertaForSequenceClassification folder that kbert loads with
-`BertClassifier.from_preset` (its RoBERTa head; KerasHub's rows are BERT's
-only). Several models (`--model base,roberta_base`) alternate within each
-pass, so that their ratio is on one machine state. kbert runs with
+`BertClassifier.from_preset` (its RoBERTa head; KerasHub's rows build its
+`RobertaBackbone` and `RobertaTextClassifier` at the same sizes). Several
+models (`--model base,roberta_base`) alternate within each pass, so that
+their ratio is on one machine state. kbert runs with
 `dtype="auto"` (bfloat16 matrix multiplications where the CPU has AMX or
 AVX512-BF16) on the chosen backend and on PyTorch ("kbert-torch"), and, as
 "kbert-float32", in float32; "kbert-whole" (and "kbert-torch-whole") runs, in
@@ -189,20 +190,24 @@ def run_keras_hub(args, dtype="float32", jit_compile="auto"):
     import keras
     import keras_hub
 
-    if args.model == "roberta_base":
-        raise ValueError("The KerasHub rows measure BERT only (--model minilm or base); leave keras_hub out of "
-                         "--libraries for roberta_base.")
     # KerasHub has no loader for a local Hugging Face folder; the same shapes
     # with random weights cost the same.
     layers, hidden, heads = (6, 384, 12) if args.model == "minilm" else (12, 768, 12)
-    backbone = keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=layers, num_heads=heads,
-                                             hidden_dim=hidden, intermediate_dim=4 * hidden, max_sequence_length=512,
-                                             dtype=dtype)
-    model = keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None, dtype=dtype)
+    token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length, model=args.model)
+    if args.model == "roberta_base":  # (no token types)
+        backbone = keras_hub.models.RobertaBackbone(vocabulary_size=ROBERTA_BASE["vocab_size"], num_layers=layers,
+                                                    num_heads=heads, hidden_dim=hidden, intermediate_dim=4 * hidden,
+                                                    max_sequence_length=512, dtype=dtype)
+        model = keras_hub.models.RobertaTextClassifier(backbone, num_classes=2, preprocessor=None, dtype=dtype)
+        x = {"token_ids": token_ids, "padding_mask": padding_mask}
+    else:
+        backbone = keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=layers, num_heads=heads,
+                                                 hidden_dim=hidden, intermediate_dim=4 * hidden,
+                                                 max_sequence_length=512, dtype=dtype)
+        model = keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None, dtype=dtype)
+        x = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
     model.compile(optimizer=keras.optimizers.AdamW(5e-5), loss="sparse_categorical_crossentropy",
                   jit_compile=jit_compile)
-    token_ids, segment_ids, padding_mask, labels = batch(args.batch_size, args.length)
-    x = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
     step = (lambda: model.train_on_batch(x, labels)) if args.work == "train" else (lambda: model.predict_on_batch(x))
     xla = ", XLA" if jit_compile is True else ""
     return f"KerasHub ({keras.backend.backend()}, {dtype}{xla})", step
