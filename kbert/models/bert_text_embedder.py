@@ -310,7 +310,7 @@ class BertTextEmbedder(Task):
         folder's pooling, Dense modules, Normalize, length, lowercasing and
         prompts (see the class). Arguments given override the folder's; a
         `dense=` of your own starts from its initialisation."""
-        folder = preset.folder if isinstance(preset, reader.Preset) else files.get_preset_dir(preset)
+        folder = preset.folder if isinstance(preset, reader.Preset) else files.get_preset_dir(preset, True)
         if files.is_kbert_layout(folder) or not st.is_sentence_transformers_folder(folder):
             return super().from_preset(preset, sequence_length, **kwargs)
         settings = st.read_folder(folder)

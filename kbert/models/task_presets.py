@@ -117,7 +117,7 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
             "preprocessor's; build it with that length "
             f"({cls.preprocessor_cls.__name__}.from_preset(preset, sequence_length=...))."
         )
-    preset = reader.read_preset(preset)
+    preset = reader.read_preset(preset, st_modules=True)  # (a CrossEncoder's activation)
     kwargs = dict(kwargs)
     _check_preset_arguments(cls, preset, kwargs)
     backbone_kwargs = {k: kwargs.pop(k) for k in BACKBONE_SETTINGS if k in kwargs}

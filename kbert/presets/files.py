@@ -78,13 +78,17 @@ def _offline():
     )
 
 
-def get_preset_dir(preset):
+def get_preset_dir(preset, st_modules=False):
     """Returns the local folder holding `preset`'s files, downloading if needed.
 
     Args:
         preset: a registered name (`kbert.presets.list_presets()`), a Hugging
             Face repository as `hf://owner/name` or `hf://owner/name@revision`
             (a branch, tag or commit), or a local folder.
+        st_modules: for a task model (which reads an embedder's
+            pooling or a CrossEncoder's activation from their modules), a
+            cached snapshot with no record of a `modules.json` (as
+            transformers leaves the cache) is completed first, online.
     """
     if not isinstance(preset, (str, os.PathLike)):
         raise TypeError(f"A preset is a name, `hf://owner/name` or a folder path; got {preset!r}.")
@@ -93,10 +97,10 @@ def get_preset_dir(preset):
         _check_folder(preset)
         return preset
     if preset.startswith(HF_PREFIX):
-        return hub_snapshot(*parse_hf_preset(preset))
+        return hub_snapshot(*parse_hf_preset(preset), st_modules=st_modules)
     if preset in PRESETS:
         entry = PRESETS[preset]
-        folder = hub_snapshot(entry["hf_repo"], name=preset)
+        folder = hub_snapshot(entry["hf_repo"], name=preset, st_modules=st_modules)
         _check_case(folder, preset, entry)
         return folder
     if os.sep in preset or preset.startswith("."):
@@ -206,14 +210,17 @@ def _check_case(folder, name, entry):
         )
 
 
-def hub_snapshot(repo, revision=None, name=None):
+def hub_snapshot(repo, revision=None, name=None, st_modules=False):
     """The folder in the Hugging Face cache holding `repo`'s config.json,
-    vocab.txt, tokenizer_config.json (if the repository has one) and weights,
-    all from one commit; downloaded if they are not all there already."""
+    tokenizer files, tokenizer_config.json (if the repository has one),
+    weights and sentence-transformers modules (if it has them), all from one
+    commit; downloaded if they are not all there already (see
+    `get_preset_dir` for `st_modules`)."""
     revision = revision or "main"
     cache = hf_cache_dir()
     folder = _cached_snapshot(repo, revision, cache)
-    if folder:
+    unknown = huggingface_hub.try_to_load_from_cache(repo, "modules.json", cache_dir=cache, revision=revision) is None
+    if folder and not (st_modules and unknown and not _offline()):  # (None: never looked for)
         return folder
     what = f'preset "{name}" (hf://{repo})' if name else f"hf://{repo}" + (f"@{revision}" if revision != "main" else "")
     how = _how_to_fetch(repo, revision, cache)

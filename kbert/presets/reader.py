@@ -29,9 +29,9 @@ class Preset:
             saved with (`truncation`, `pad_to`, ...; {} for others).
     """
 
-    def __init__(self, preset):
+    def __init__(self, preset, st_modules=False):
         self.preset = preset
-        self.folder = files.get_preset_dir(preset)
+        self.folder = files.get_preset_dir(preset, st_modules)
         self.kbert_layout = files.is_kbert_layout(self.folder)
         name = files.KBERT_CONFIG if self.kbert_layout else files.HF_CONFIG
         self.config = files.load_json(self.folder, name)
@@ -80,6 +80,7 @@ class Preset:
         return tokenizer_files.model_max_length(self.folder, max_sequence_length, self.tokenizer_config)
 
 
-def read_preset(preset):
-    """The preset (a registered name, `hf://owner/name` or a folder), read once."""
-    return preset if isinstance(preset, Preset) else Preset(preset)
+def read_preset(preset, st_modules=False):
+    """The preset (a registered name, `hf://owner/name` or a folder), read
+    once (`st_modules`: see `files.get_preset_dir`)."""
+    return preset if isinstance(preset, Preset) else Preset(preset, st_modules)

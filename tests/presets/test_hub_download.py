@@ -278,6 +278,27 @@ def test_a_sentence_transformers_repository_downloads_its_modules(hf_cache, mini
     np.testing.assert_allclose(downloaded.encode(texts), local.encode(texts), atol=1e-6)
 
 
+
+def test_a_cache_filled_by_transformers_gets_the_modules_before_a_task_reads_it(hf_cache, minilm_dir, monkeypatch):
+    # transformers leaves the model's files in the cache, and no record of
+    # modules.json: read as complete, this CLS-pooling embedder would pool
+    # by the default (mean), and a CrossEncoder would lose its activation.
+    names = ["config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "modules.json",
+             "sentence_bert_config.json", "config_sentence_transformers.json"]
+    files = {name: open(os.path.join(minilm_dir, name), "rb").read() for name in names}
+    files["1_Pooling/config.json"] = json.dumps({"word_embedding_dimension": 384, "pooling_mode_cls_token": True,
+                                                 "pooling_mode_mean_tokens": False}).encode()
+    with HubServer({"owner/cls-minilm": files}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        for name in ("config.json", "vocab.txt", "tokenizer_config.json", "model.safetensors"):
+            huggingface_hub.hf_hub_download("owner/cls-minilm", name, cache_dir=hf_cache, endpoint=server.url)
+        server.requests.clear()
+        get_preset_dir("hf://owner/cls-minilm")  # a backbone or tokenizer reads no modules: no request
+        assert server.requests == []
+        assert kbert.BertTextEmbedder.from_preset("hf://owner/cls-minilm").pooling == "cls"
+    monkeypatch.setenv("KBERT_OFFLINE", "1")  # now all in the cache
+    assert kbert.BertTextEmbedder.from_preset("hf://owner/cls-minilm").pooling == "cls"
+
 def test_a_roberta_repository_downloads_its_byte_pair_files(hf_cache, tmp_path, monkeypatch):
     # Which tokenizer files a repository is asked for follows its config's
     # model_type: here vocab.json and merges.txt, not vocab.txt.
