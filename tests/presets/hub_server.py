@@ -83,6 +83,12 @@ class HubServer:
         if start:
             handler.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         handler.send_header("Content-Length", str(len(body) - start))
+        if method == "GET" and filename in self.truncate | self.cut_resumable:
+            # Says it closes the connection after this body, cut or whole, as
+            # HTTP/1.1 asks: else the client may send its next request on it
+            # before it sees it closed ("Server disconnected without sending
+            # a response", seen once under load).
+            handler.send_header("Connection", "close")
         handler.end_headers()
         if method == "HEAD":
             return

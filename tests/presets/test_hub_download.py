@@ -129,6 +129,7 @@ def test_an_absurd_distilbert_config_is_refused_by_its_own_names_before_any_othe
     fetched = {path.rsplit("/", 1)[-1] for method, path in hub.requests if method == "GET"}
     assert fetched == {"config.json"}
 
+
 def weight_gets(hub):
     return sum(1 for method, path in hub.requests if method == "GET" and path.endswith("/model.safetensors"))
 

@@ -81,10 +81,10 @@ def test_unknown_optimizer_is_refused_with_the_choices():
 
 
 def test_schedule_and_adamw_are_the_ones_task_compile_uses():
-    from kbert.models import task
+    from kbert.models import task, task_training
 
     assert kbert.training.bert_adamw is task.bert_adamw
-    assert kbert.training.WarmupLinearDecay is task.WarmupLinearDecay
+    assert kbert.training.WarmupLinearDecay is task_training.WarmupLinearDecay
 
 
 def train_small_model(optimizer, steps=8):
