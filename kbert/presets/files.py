@@ -218,9 +218,8 @@ def hub_snapshot(repo, revision=None, name=None, st_modules=False):
     `get_preset_dir` for `st_modules`)."""
     revision = revision or "main"
     cache = hf_cache_dir()
-    folder = _cached_snapshot(repo, revision, cache)
-    unknown = huggingface_hub.try_to_load_from_cache(repo, "modules.json", cache_dir=cache, revision=revision) is None
-    if folder and not (st_modules and unknown and not _offline()):  # (None: never looked for)
+    folder = _cached_snapshot(repo, revision, cache, modules_checked=st_modules and not _offline())
+    if folder:
         return folder
     what = f'preset "{name}" (hf://{repo})' if name else f"hf://{repo}" + (f"@{revision}" if revision != "main" else "")
     how = _how_to_fetch(repo, revision, cache)
@@ -243,12 +242,12 @@ def hub_snapshot(repo, revision=None, name=None, st_modules=False):
     )
 
 
-def _cached_snapshot(repo, revision, cache, tokenizer_config_checked=True):
+def _cached_snapshot(repo, revision, cache, tokenizer_config_checked=True, modules_checked=False):
     """The snapshot folder if it already holds every file kbert reads, found
     without a request from huggingface_hub's records (refs/, snapshots/, and
     .no_exist/ for files the repository does not have); else None.
-    `tokenizer_config_checked=False` accepts a snapshot that has no record
-    of whether the repository has a tokenizer_config.json."""
+    `tokenizer_config_checked=False` accepts a snapshot with no record of a
+    tokenizer_config.json, `modules_checked=True` refuses one without that of a modules.json."""
     def cached(name):
         return huggingface_hub.try_to_load_from_cache(repo, name, cache_dir=cache, revision=revision)
 
@@ -258,6 +257,7 @@ def _cached_snapshot(repo, revision, cache, tokenizer_config_checked=True):
         isinstance(found[HF_CONFIG], str)
         and any(all(isinstance(cached(name), str) for name in names) for names in tokenizer)
         and (found[TOKENIZER_CONFIG] is not None or not tokenizer_config_checked)  # None: never looked for
+        and (not modules_checked or cached("modules.json") is not None)
         and any(isinstance(found[w], str) for w in WEIGHT_FILES)
     )
     return os.path.dirname(found[HF_CONFIG]) if complete else None
