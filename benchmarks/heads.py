@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from measured import trainer_adamw, trainer_step
+
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "data")
 BATCH = 16
 
@@ -131,22 +133,12 @@ def run_transformers(task, train, test, epochs, seed, length, learning_rate):
             else:
                 yield features, torch.tensor([[float(n in y[r]) for n in names] for r in rows])
 
-    steps = epochs * -(-len(train[1]) // BATCH)
-    decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
-    rest = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
-                                  lr=learning_rate, eps=1e-8)
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, -(-steps // 10), steps)
+    optimizer, schedule = trainer_adamw(model, learning_rate, epochs * -(-len(train[1]) // BATCH))
     model.train()
     start = time.perf_counter()
     for epoch in range(epochs):
         for features, labels in batches(*train, epoch=epoch):
-            loss = model(**features, labels=labels).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
+            trainer_step(model(**features, labels=labels).loss, model, optimizer, schedule)
     seconds = time.perf_counter() - start
     model.eval()
     with torch.no_grad():

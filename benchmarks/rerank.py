@@ -35,6 +35,7 @@ import sys
 import time
 
 import numpy as np
+from measured import trainer_adamw, trainer_step
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "data", "cranfield")
 HELD_OUT = range(151, 226)
@@ -147,20 +148,14 @@ def run_kbert(loss, train, test, args):
 
 def run_sentence_transformers(loss, train, test, args):
     import torch
-    import transformers
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder import losses
 
     torch.manual_seed(args.seed)
     encoder = CrossEncoder(_minilm(), num_labels=1, max_length=args.length)
     objective = losses.BinaryCrossEntropyLoss(encoder) if loss == "bce" else losses.ListNetLoss(encoder)
-    steps = args.epochs * -(-len(train["queries"]) // args.queries_per_batch)
-    named = list(encoder.named_parameters())
-    decay = [p for n, p in named if not (n.endswith("bias") or "LayerNorm" in n)]
-    rest = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
-                                  lr=LEARNING_RATE, eps=1e-8)
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, -(-steps // 10), steps)
+    optimizer, schedule = trainer_adamw(encoder, LEARNING_RATE,
+                                        args.epochs * -(-len(train["queries"]) // args.queries_per_batch))
     encoder.train()
     start = time.perf_counter()
     for epoch in range(args.epochs):
@@ -171,11 +166,7 @@ def run_sentence_transformers(loss, train, test, args):
                 value = objective(list(pairs(batch)), torch.tensor([y for ys in batch["labels"] for y in ys]))
             else:
                 value = objective([batch["queries"], batch["documents"]], [torch.tensor(y) for y in batch["labels"]])
-            value.backward()
-            torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
+            trainer_step(value, encoder, optimizer, schedule)
     seconds = time.perf_counter() - start
     encoder.eval()
     scores = encoder.predict(list(zip(*pairs(test))), batch_size=64, show_progress_bar=False)
