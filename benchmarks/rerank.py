@@ -1,9 +1,10 @@
 """Cranfield reranking, kbert beside sentence-transformers' CrossEncoder on
-the same data, recipe and seed: NDCG@10 and MRR@10 (binary relevance, as
-`kbert.metrics.retrieval_metrics`) of the held-out queries' candidates,
-before and after reranking.
+the same data, recipe and seed: NDCG@10 (graded: Cranfield's grades 1-4 as
+gains 4-1; and binary) and MRR@10 of the held-out queries' candidates, before
+and after reranking (`kbert.metrics.retrieval_metrics`).
 
     python benchmarks/rerank.py [--train-queries 150] [--candidates 30] [--epochs 1] [--length 128]
+        [--runs kbert:bce,sentence-transformers:bce,...]
 
 First stage: BM25 (k1 1.2, b 0.75) over the 1,400 abstracts gives each query
 its top `--candidates`. Training: queries 1-N (`--train-queries`), each a
@@ -18,8 +19,9 @@ AdamW 5e-5, weight decay 0.01 (not on biases and LayerNorm), 10% linear
 warm-up then linear decay, gradients clipped at 1.0: `--queries-per-batch`
 queries a step, i.e. their lists' pairs for pointwise BCE. kbert: `compile()`
 and `fit`, pointwise on the pairs and listwise on `query_lists`.
-sentence-transformers: its `BinaryCrossEntropyLoss` and `ListNetLoss` in the
-loop its `CrossEncoderTrainer` runs (the trainer itself needs `accelerate`).
+sentence-transformers: its `BinaryCrossEntropyLoss`, `ListNetLoss` and
+`LambdaLoss` in the loop its `CrossEncoderTrainer` runs (the trainer itself
+needs `accelerate`).
 Each run is its own process.
 """
 
@@ -40,7 +42,9 @@ from measured import trainer_adamw, trainer_step
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "data", "cranfield")
 HELD_OUT = range(151, 226)
 LEARNING_RATE = 5e-5
-RUNS = [("kbert", "bce"), ("kbert", "listnet"), ("sentence-transformers", "bce"), ("sentence-transformers", "listnet")]
+LIBRARIES, LOSSES = ("kbert", "sentence-transformers"), ("bce", "listnet", "lambda")
+RUNS = "kbert:bce,kbert:listnet,sentence-transformers:bce,sentence-transformers:listnet"
+LOSS_NAMES = {"bce": "BCE (pointwise)", "listnet": "ListNet", "lambda": "LambdaLoss (NDCG-Loss2++)"}
 STOPWORDS = set("a an and are as at be by for from has have in is it of on or that the this to was were what which "
                 "with can been do does how any there their these those not".split())
 
@@ -94,7 +98,8 @@ def setup(args):
     test = {"queries": [queries[q] for q in held_out],
             "documents": [[texts[i] for i in candidates[q]] for q in held_out],
             "candidate_ids": [[doc_ids[i] for i in candidates[q]] for q in held_out],
-            "relevant": [sorted(grades[q]) for q in held_out]}
+            # Grade 1 (a complete answer) is the best: gains 4 down to 1.
+            "relevant": [{d: 5 - g for d, g in grades[q].items()} for q in held_out]}
     return train, test
 
 
@@ -104,8 +109,9 @@ def metrics(test, scores=None):
     ranked = test["candidate_ids"]
     if scores is not None:
         ranked = [[ids[i] for i in np.argsort(-np.asarray(s), kind="stable")] for ids, s in zip(ranked, scores)]
-    result = retrieval_metrics(ranked, test["relevant"], recall_at=(10,))
-    return {"ndcg@10": result["ndcg@10"], "mrr@10": result["mrr@10"]}
+    graded = retrieval_metrics(ranked, test["relevant"], recall_at=(10,))
+    binary = retrieval_metrics(ranked, [set(r) for r in test["relevant"]], recall_at=(10,))
+    return {"ndcg@10": graded["ndcg@10"], "binary ndcg@10": binary["ndcg@10"], "mrr@10": graded["mrr@10"]}
 
 
 def pairs(lists):
@@ -126,7 +132,7 @@ def run_kbert(loss, train, test, args):
     import keras
 
     import kbert
-    from kbert.training.listwise import ListNetLoss, query_lists
+    from kbert.training.listwise import LambdaLoss, ListNetLoss, query_lists
 
     keras.utils.set_random_seed(args.seed)
     model = kbert.BertClassifier.from_preset(_minilm(), num_classes=1, score_activation="sigmoid",
@@ -137,7 +143,7 @@ def run_kbert(loss, train, test, args):
         model.fit(pairs(train), [y for labels in train["labels"] for y in labels],
                   batch_size=args.queries_per_batch * args.documents, epochs=args.epochs, verbose=0)
     else:
-        model.compile(loss=ListNetLoss(), learning_rate=LEARNING_RATE)
+        model.compile(loss=ListNetLoss() if loss == "listnet" else LambdaLoss(), learning_rate=LEARNING_RATE)
         data = query_lists(model.preprocessor, train["queries"], train["documents"], train["labels"],
                            queries_per_batch=args.queries_per_batch, documents_per_query=args.documents,
                            seed=args.seed)
@@ -153,7 +159,8 @@ def run_sentence_transformers(loss, train, test, args):
 
     torch.manual_seed(args.seed)
     encoder = CrossEncoder(_minilm(), num_labels=1, max_length=args.length)
-    objective = losses.BinaryCrossEntropyLoss(encoder) if loss == "bce" else losses.ListNetLoss(encoder)
+    objective = {"bce": losses.BinaryCrossEntropyLoss, "listnet": losses.ListNetLoss,
+                 "lambda": losses.LambdaLoss}[loss](encoder)
     optimizer, schedule = trainer_adamw(encoder, LEARNING_RATE,
                                         args.epochs * -(-len(train["queries"]) // args.queries_per_batch))
     encoder.train()
@@ -195,9 +202,13 @@ def main():
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--length", type=int, default=128, help="sequence length of a (query, document) pair")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--library", choices=["kbert", "sentence-transformers"], help=argparse.SUPPRESS)
-    parser.add_argument("--loss", choices=["bce", "listnet"], help=argparse.SUPPRESS)
+    parser.add_argument("--runs", default=RUNS, help=f"library:loss runs, in order (losses: {', '.join(LOSSES)})")
+    parser.add_argument("--library", choices=LIBRARIES, help=argparse.SUPPRESS)
+    parser.add_argument("--loss", choices=LOSSES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    runs = [tuple(run.split(":")) for run in args.runs.split(",")]
+    if any(len(r) != 2 or r[0] not in LIBRARIES or r[1] not in LOSSES for r in runs):
+        parser.error(f"--runs {args.runs}: give library:loss pairs, libraries {LIBRARIES}, losses {LOSSES}.")
     if args.train_queries > min(HELD_OUT) - 1:
         parser.error(f"--train-queries {args.train_queries}: queries {min(HELD_OUT)}-225 are held out.")
     if args.library:
@@ -206,21 +217,26 @@ def main():
     first = metrics(test)
     print(f"{len(train['queries'])} training queries ({sum(map(len, train['documents']))} pairs), "
           f"{len(test['queries'])} held-out queries x {args.candidates} candidates\n")
-    print("| reranker | loss | NDCG@10 | MRR@10 | train time (x sentence-transformers' BCE) |\n|---|---|---|---|---|")
-    print(f"| BM25 alone | - | {first['ndcg@10']:.4f} | {first['mrr@10']:.4f} | - |", flush=True)
+    print("| reranker | loss | NDCG@10 (graded) | NDCG@10 (binary) | MRR@10 | train seconds (ratio, same loss) |")
+    print("|---|---|---|---|---|---|")
+    print(f"| BM25 alone | - | {_row(first)} | - |", flush=True)
     results = {}
-    for library, loss in RUNS:
+    for library, loss in runs:
         command = [sys.executable, __file__, "--library", library, "--loss", loss] + [
-            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("library", "loss")]
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("library", "loss", "runs")]
         out = subprocess.run(command, capture_output=True, text=True)
         if out.returncode:
             sys.exit(f"{library} {loss} failed:\n{out.stderr[-3000:]}")
         results[library, loss] = json.loads(out.stdout.strip().splitlines()[-1])
         print(json.dumps({"library": library, "loss": loss, **results[library, loss]}), file=sys.stderr, flush=True)
-    reference = results["sentence-transformers", "bce"]["seconds"]
     for (library, loss), r in results.items():
-        name = "ListNet" if loss == "listnet" else "BCE (pointwise)"
-        print(f"| {library} | {name} | {r['ndcg@10']:.4f} | {r['mrr@10']:.4f} | {r['seconds'] / reference:.2f} |")
+        reference = results.get(("sentence-transformers", loss))
+        ratio = f" ({r['seconds'] / reference['seconds']:.2f}x sentence-transformers')" if reference else ""
+        print(f"| {library} | {LOSS_NAMES[loss]} | {_row(r)} | {r['seconds']:.0f}{ratio} |")
+
+
+def _row(result):
+    return " | ".join(f"{result[k]:.4f}" for k in ("ndcg@10", "binary ndcg@10", "mrr@10"))
 
 
 if __name__ == "__main__":

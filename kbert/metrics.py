@@ -107,13 +107,19 @@ def bio_spans(tags):
 
 
 def retrieval_metrics(ranked_ids, relevant_ids, recall_at=(1, 10), mrr_at=10, ndcg_at=10):
-    """Recall@k, MRR@k and nDCG@k (binary relevance), averaged over queries,
-    as sentence-transformers' `InformationRetrievalEvaluator` computes them.
+    """Recall@k, MRR@k and nDCG@k, averaged over queries: with binary
+    relevance as sentence-transformers' `InformationRetrievalEvaluator`
+    computes them, with graded relevance as trec_eval's `ndcg_cut` and
+    scikit-learn's `ndcg_score` (the grade is the gain, discounted by
+    log2(rank + 1)).
 
     Args:
         ranked_ids: per query, the retrieved ids, best first (e.g. the ids
             of `kbert.search.semantic_search`).
-        relevant_ids: per query, its relevant id or a collection of them.
+        relevant_ids: per query, its relevant id, a collection of them
+            (binary relevance), or a dict `{id: grade}` of positive grades
+            (graded relevance: nDCG weighs each hit by its grade; recall and
+            MRR count every graded id as relevant).
         recall_at: the k of each recall@k.
         mrr_at, ndcg_at: the k of MRR and nDCG.
 
@@ -124,6 +130,8 @@ def retrieval_metrics(ranked_ids, relevant_ids, recall_at=(1, 10), mrr_at=10, nd
     Example:
     >>> retrieval_metrics([[3, 1], [0, 2]], [1, 5], recall_at=(1, 2), mrr_at=2, ndcg_at=2)
     {'recall@1': 0.0, 'recall@2': 0.5, 'mrr@2': 0.25, 'ndcg@2': 0.31546487678572877}
+    >>> retrieval_metrics([[3, 1]], [{1: 3, 3: 1}], recall_at=(1,), mrr_at=2, ndcg_at=2)["ndcg@2"]
+    0.7967075809905066
     """
     if len(ranked_ids) != len(relevant_ids):
         raise ValueError(f"Got rankings of {len(ranked_ids)} queries but relevant ids of {len(relevant_ids)}; "
@@ -133,18 +141,33 @@ def retrieval_metrics(ranked_ids, relevant_ids, recall_at=(1, 10), mrr_at=10, nd
     totals = {f"recall@{k}": 0.0 for k in recall_at}
     totals.update({f"mrr@{mrr_at}": 0.0, f"ndcg@{ndcg_at}": 0.0})
     for ranked, relevant in zip(ranked_ids, relevant_ids):
-        relevant = {int(relevant)} if isinstance(relevant, (int, np.integer)) else {int(r) for r in relevant}
-        if not relevant:
-            raise ValueError("A query has no relevant ids; every query needs at least one.")
-        hits = [int(i) in relevant for i in ranked]
+        grades = _grades(relevant)
+        hits = [int(i) in grades for i in ranked]
         for k in recall_at:
-            totals[f"recall@{k}"] += sum(hits[:k]) / len(relevant)
+            totals[f"recall@{k}"] += sum(hits[:k]) / len(grades)
         first = next((rank for rank, hit in enumerate(hits[:mrr_at]) if hit), None)
         totals[f"mrr@{mrr_at}"] += 0.0 if first is None else 1.0 / (first + 1)
-        dcg = sum(1.0 / np.log2(rank + 2) for rank, hit in enumerate(hits[:ndcg_at]) if hit)
-        ideal = sum(1.0 / np.log2(rank + 2) for rank in range(min(len(relevant), ndcg_at)))
-        totals[f"ndcg@{ndcg_at}"] += dcg / ideal
+        gains = [grades.get(int(i), 0.0) for i in ranked[:ndcg_at]]
+        dcg = sum(gain / np.log2(rank + 2) for rank, gain in enumerate(gains))
+        best = sorted(grades.values(), reverse=True)[:ndcg_at]
+        totals[f"ndcg@{ndcg_at}"] += dcg / sum(gain / np.log2(rank + 2) for rank, gain in enumerate(best))
     return {name: float(total / len(ranked_ids)) for name, total in totals.items()}
+
+
+def _grades(relevant):
+    """A query's relevant ids as `{id: grade}` (grade 1 where not graded)."""
+    if isinstance(relevant, (int, np.integer)):
+        return {int(relevant): 1.0}
+    if isinstance(relevant, dict):
+        grades = {int(i): float(g) for i, g in relevant.items()}
+        wrong = {i: g for i, g in grades.items() if not g > 0}
+        if wrong:
+            raise ValueError(f"Grades must be positive (leave unjudged and irrelevant ids out); got {wrong}.")
+    else:
+        grades = {int(i): 1.0 for i in relevant}
+    if not grades:
+        raise ValueError("A query has no relevant ids; every query needs at least one.")
+    return grades
 
 
 def spearman(predicted, expected):

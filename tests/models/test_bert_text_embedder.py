@@ -87,6 +87,30 @@ def test_semantic_search_and_retrieval_metrics_equal_sentence_transformers():
     assert spearman(predicted, gold) == pytest.approx(spearmanr(predicted, gold)[0], abs=1e-12)
 
 
+def test_graded_ndcg_equals_scikit_learns_ndcg_score():
+    from sklearn.metrics import ndcg_score
+
+    rng = np.random.default_rng(1)
+    rankings = np.array([rng.permutation(50) for _ in range(20)])  # every document ranked
+    grades = [{int(c): int(rng.integers(1, 5)) for c in rng.choice(50, size=rng.integers(1, 9), replace=False)}
+              for _ in range(20)]
+    truth = np.zeros((20, 50))
+    scores = np.zeros((20, 50))
+    for q, (ranked, graded) in enumerate(zip(rankings, grades)):
+        truth[q, list(graded)] = list(graded.values())
+        scores[q, ranked] = np.arange(50, 0, -1)  # best first
+    for k in (1, 5, 10):
+        got = retrieval_metrics(rankings, grades, recall_at=(k,), ndcg_at=k)
+        assert got[f"ndcg@{k}"] == pytest.approx(ndcg_score(truth, scores, k=k, ignore_ties=True), abs=1e-12)
+    # Recall and MRR count every graded id, whatever its grade.
+    binary = retrieval_metrics(rankings, [set(g) for g in grades])
+    graded = retrieval_metrics(rankings, grades)
+    assert {k: v for k, v in graded.items() if k != "ndcg@10"} == {k: v for k, v in binary.items() if k != "ndcg@10"}
+    assert graded["ndcg@10"] != binary["ndcg@10"]
+    with pytest.raises(ValueError, match="Grades must be positive"):
+        retrieval_metrics([[1]], [{1: 0}])
+
+
 def test_similarity_and_search_rank_the_meal_first(embedder):
     texts = ["A man is eating food.", "Someone is having a meal.", "A horse is ridden.", "The stock market fell."]
     embeddings = embedder.encode(texts)

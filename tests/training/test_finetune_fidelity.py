@@ -6,8 +6,9 @@ A tiny random checkpoint of each head is written by `transformers`
 the same weights, vocabulary included. Both then take the same batches in the
 same order, dropout off, float32:
 
-- kbert: `fit` on raw input (words and tags, texts and labels, questions,
-  contexts and answers), `shuffle=False`, its default optimizer;
+- kbert: `fit` on raw input (words and tags, texts and labels, sentence
+  pairs and scores, texts and multi-hot labels, questions, contexts and
+  answers), `shuffle=False`, its default optimizer and loss;
 - transformers: its tokenizer, labels on each word's first piece (-100
   elsewhere, as `run_ner.py`), answer positions from the offsets (as
   `run_qa.py`), and what `Trainer` does with `torch.optim.AdamW`: weight
@@ -219,3 +220,40 @@ def test_question_answerer_trains_as_transformers(tmp_path):
     # Every position's logit moves with these biases alike.
     unmoved = ("qa_outputs.bias", "bert.encoder.layer.1.output.LayerNorm.bias")
     assert_same_training(model, hf_model, kbert_losses, hf_losses, unmoved)
+
+
+def test_regression_on_pairs_trains_as_transformers(tmp_path):
+    # STS-B's shape: sentence pairs, one logit, float scores in [0, 5], MSE.
+    tokenizer, hf_model = save_checkpoint(tmp_path, transformers.BertForSequenceClassification, num_labels=1,
+                                          problem_type="regression")
+    model = kbert.BertClassifier.from_preset(str(tmp_path), sequence_length=SEQUENCE_LENGTH)
+    assert model.problem_type == "regression"
+    first = [" ".join(words) for words in random_sentences(BATCH * STEPS, seed=7)]
+    second = [" ".join(words) for words in random_sentences(BATCH * STEPS, seed=8)]
+    scores = [float(s) for s in np.random.default_rng(9).uniform(0, 5, len(first)).round(2)]
+    batches = [{**tokenizer(first[i:i + BATCH], second[i:i + BATCH], truncation=True, max_length=SEQUENCE_LENGTH,
+                            padding=True, return_tensors="pt"),
+                "labels": torch.tensor(scores[i:i + BATCH])} for i in range(0, len(first), BATCH)]
+    hf_losses = train_transformers(hf_model, batches)
+
+    model.length_groups = 0
+    kbert_losses = train_kbert(model, (first, second), scores)
+    assert_same_training(model, hf_model, kbert_losses, hf_losses)
+
+
+def test_multi_label_classifier_trains_as_transformers(tmp_path):
+    # GoEmotions' shape: several labels a text (multi-hot), sigmoid and BCE.
+    tokenizer, hf_model = save_checkpoint(tmp_path, transformers.BertForSequenceClassification, num_labels=4,
+                                          problem_type="multi_label_classification")
+    model = kbert.BertClassifier.from_preset(str(tmp_path), sequence_length=SEQUENCE_LENGTH)
+    assert model.problem_type == "multi_label_classification"
+    texts = [" ".join(words) for words in random_sentences(BATCH * STEPS, seed=10)]
+    labels = (np.random.default_rng(11).random((len(texts), 4)) < 0.3).astype("float32")
+    batches = [{**tokenizer(texts[i:i + BATCH], truncation=True, max_length=SEQUENCE_LENGTH, padding=True,
+                            return_tensors="pt"),
+                "labels": torch.tensor(labels[i:i + BATCH])} for i in range(0, len(texts), BATCH)]
+    hf_losses = train_transformers(hf_model, batches)
+
+    model.length_groups = 0
+    kbert_losses = train_kbert(model, texts, labels)
+    assert_same_training(model, hf_model, kbert_losses, hf_losses)
