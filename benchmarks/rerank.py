@@ -129,9 +129,8 @@ def grouped(flat, lists):
 
 
 def run_kbert(loss, train, test, args):
+    import kbert  # before Keras: kbert turns TensorFlow's oneDNN kernels on before TensorFlow loads
     import keras
-
-    import kbert
     from kbert.training.listwise import LambdaLoss, ListNetLoss, query_lists
 
     keras.utils.set_random_seed(args.seed)
