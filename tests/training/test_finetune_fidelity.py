@@ -156,22 +156,6 @@ def test_token_classifier_trains_as_transformers(tmp_path):
     assert_same_training(model, hf_model, kbert_losses, hf_losses)
 
 
-def test_classifier_trains_as_transformers(tmp_path):
-    tokenizer, hf_model = save_checkpoint(tmp_path, transformers.BertForSequenceClassification, num_labels=3)
-    model = kbert.BertClassifier.from_preset(str(tmp_path), sequence_length=SEQUENCE_LENGTH)
-    texts = [" ".join(words) for words in random_sentences(BATCH * STEPS, seed=3)]
-    labels = [int(label) for label in np.random.default_rng(4).integers(0, 3, len(texts))]
-    batches = [{**tokenizer(texts[i:i + BATCH], truncation=True, max_length=SEQUENCE_LENGTH, padding=True,
-                            return_tensors="pt"),
-                "labels": torch.tensor(labels[i:i + BATCH])} for i in range(0, len(texts), BATCH)]
-    hf_losses = train_transformers(hf_model, batches)
-
-    # Length grouping would reorder the batches: off, to take transformers' order.
-    model.length_groups = 0
-    kbert_losses = train_kbert(model, texts, labels)
-    assert_same_training(model, hf_model, kbert_losses, hf_losses)
-
-
 def test_question_answerer_trains_as_transformers(tmp_path):
     tokenizer, hf_model = save_checkpoint(tmp_path, transformers.BertForQuestionAnswering)
     # Contexts of 3 to 17 tokens in windows of 24, padded as kbert pads them
@@ -222,38 +206,45 @@ def test_question_answerer_trains_as_transformers(tmp_path):
     assert_same_training(model, hf_model, kbert_losses, hf_losses, unmoved)
 
 
+def assert_classifier_trains_as_transformers(folder, texts, labels, hf_model_config):
+    """A `BertClassifier` on `texts` (a list, or a tuple of two lists of
+    pairs) and `labels`: the loss of each step and the end's weights are
+    transformers'."""
+    tokenizer, hf_model = save_checkpoint(folder, transformers.BertForSequenceClassification, **hf_model_config)
+    model = kbert.BertClassifier.from_preset(str(folder), sequence_length=SEQUENCE_LENGTH)
+    assert model.problem_type == (hf_model.config.problem_type or "single_label_classification")
+    columns = texts if isinstance(texts, tuple) else (texts,)
+    targets = np.asarray(labels)
+    targets = targets.astype("float32") if targets.dtype.kind == "f" else targets
+    batches = [{**tokenizer(*[c[i:i + BATCH] for c in columns], truncation=True, max_length=SEQUENCE_LENGTH,
+                            padding=True, return_tensors="pt"),
+                "labels": torch.tensor(targets[i:i + BATCH])} for i in range(0, len(labels), BATCH)]
+    hf_losses = train_transformers(hf_model, batches)
+
+    # Length grouping would reorder the batches: off, to take transformers' order.
+    model.length_groups = 0
+    kbert_losses = train_kbert(model, texts, labels)
+    assert_same_training(model, hf_model, kbert_losses, hf_losses)
+
+
+def test_classifier_trains_as_transformers(tmp_path):
+    texts = [" ".join(words) for words in random_sentences(BATCH * STEPS, seed=3)]
+    labels = [int(label) for label in np.random.default_rng(4).integers(0, 3, len(texts))]
+    assert_classifier_trains_as_transformers(tmp_path, texts, labels, {"num_labels": 3})
+
+
 def test_regression_on_pairs_trains_as_transformers(tmp_path):
     # STS-B's shape: sentence pairs, one logit, float scores in [0, 5], MSE.
-    tokenizer, hf_model = save_checkpoint(tmp_path, transformers.BertForSequenceClassification, num_labels=1,
-                                          problem_type="regression")
-    model = kbert.BertClassifier.from_preset(str(tmp_path), sequence_length=SEQUENCE_LENGTH)
-    assert model.problem_type == "regression"
     first = [" ".join(words) for words in random_sentences(BATCH * STEPS, seed=7)]
     second = [" ".join(words) for words in random_sentences(BATCH * STEPS, seed=8)]
     scores = [float(s) for s in np.random.default_rng(9).uniform(0, 5, len(first)).round(2)]
-    batches = [{**tokenizer(first[i:i + BATCH], second[i:i + BATCH], truncation=True, max_length=SEQUENCE_LENGTH,
-                            padding=True, return_tensors="pt"),
-                "labels": torch.tensor(scores[i:i + BATCH])} for i in range(0, len(first), BATCH)]
-    hf_losses = train_transformers(hf_model, batches)
-
-    model.length_groups = 0
-    kbert_losses = train_kbert(model, (first, second), scores)
-    assert_same_training(model, hf_model, kbert_losses, hf_losses)
+    assert_classifier_trains_as_transformers(tmp_path, (first, second), scores,
+                                             {"num_labels": 1, "problem_type": "regression"})
 
 
 def test_multi_label_classifier_trains_as_transformers(tmp_path):
     # GoEmotions' shape: several labels a text (multi-hot), sigmoid and BCE.
-    tokenizer, hf_model = save_checkpoint(tmp_path, transformers.BertForSequenceClassification, num_labels=4,
-                                          problem_type="multi_label_classification")
-    model = kbert.BertClassifier.from_preset(str(tmp_path), sequence_length=SEQUENCE_LENGTH)
-    assert model.problem_type == "multi_label_classification"
     texts = [" ".join(words) for words in random_sentences(BATCH * STEPS, seed=10)]
     labels = (np.random.default_rng(11).random((len(texts), 4)) < 0.3).astype("float32")
-    batches = [{**tokenizer(texts[i:i + BATCH], truncation=True, max_length=SEQUENCE_LENGTH, padding=True,
-                            return_tensors="pt"),
-                "labels": torch.tensor(labels[i:i + BATCH])} for i in range(0, len(texts), BATCH)]
-    hf_losses = train_transformers(hf_model, batches)
-
-    model.length_groups = 0
-    kbert_losses = train_kbert(model, texts, labels)
-    assert_same_training(model, hf_model, kbert_losses, hf_losses)
+    assert_classifier_trains_as_transformers(tmp_path, texts, labels,
+                                             {"num_labels": 4, "problem_type": "multi_label_classification"})
