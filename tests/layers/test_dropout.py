@@ -41,6 +41,34 @@ def test_a_new_mask_each_call_and_none_outside_training():
     np.testing.assert_array_equal(to_numpy(Dropout(1.0)(x, training=True)), 0)
 
 
+class _Weights(keras.layers.Layer):
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1],), initializer="ones")
+
+    def call(self, x):
+        return x * self.w
+
+
+def test_fit_draws_a_new_mask_at_every_step_and_in_every_layer():
+    # Two dropouts at 0.5 over one weight vector, one step per epoch of SGD
+    # at 1.0: the weights that moved are those both masks kept. A mask
+    # repeated from step to step (a seed that a traced step does not
+    # advance) or shared by the two layers shows in the shares.
+    n = 8192
+    inputs = keras.Input((n,))
+    kept = Dropout(0.5)(Dropout(0.5)(_Weights()(inputs)))
+    model = keras.Model(inputs, keras.layers.Lambda(lambda t: keras.ops.sum(t, axis=-1, keepdims=True))(kept))
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=lambda _, y: keras.ops.mean(y))
+    weights = [to_numpy(model.layers[1].w).copy()]
+    # (Read at each epoch's end: JAX hands its weights back to the variables then.)
+    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda *_: weights.append(to_numpy(model.layers[1].w).copy()))
+    model.fit(np.ones((1, n), "float32"), np.zeros((1, 1), "float32"), epochs=4, verbose=0, callbacks=[record])
+    moved = np.array([before != after for before, after in zip(weights, weights[1:])])
+    np.testing.assert_allclose(moved.mean(axis=1), 0.25, atol=0.025)  # kept by both: 0.5 x 0.5
+    # Two independent masks keeping a quarter agree on 0.25^2 + 0.75^2 of the elements.
+    np.testing.assert_allclose((moved[1:] == moved[:-1]).mean(axis=1), 0.625, atol=0.03)
+
+
 def test_gradient_is_the_mask_times_the_scale():
     layer = Dropout(0.3)
     x = keras.ops.ones((8, 16, 32))
