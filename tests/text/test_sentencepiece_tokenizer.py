@@ -53,19 +53,17 @@ def corpus():
     return read_corpus()
 
 
-@pytest.fixture(scope="module")
-def hub_folder(tmp_path_factory, corpus):
+def train_hub_folder(folder, draw=0):
     """An XLM-R folder as the hub has it: sentencepiece.bpe.model, trained here
-    on Austen and the German/French/Dutch reviews (Chinese is rare: unknowns)."""
-    folder = tmp_path_factory.mktemp("xlmr_hub")
+    on Austen and the German/French/Dutch reviews (Chinese is rare: unknowns).
+    The same model every run for a `draw`: 20,000 of the 63,079 lines drawn
+    here with that seed, all of them read in order. (SentencePiece's own draw,
+    with input_sentence_size and shuffle_input_sentence, gave another model in
+    every process whatever its set_random_generator_seed.)"""
     with gzip.open(DATA / "austen.txt.gz", "rt", encoding="utf-8") as f:
         lines = [line.strip() for line in f if line.strip()]
     lines += read_tsv_column(DATA / "multilingual_polarity" / "subset.tsv")
-    # The same model every run: 20,000 of the 63,079 lines drawn here with a
-    # seed, all of them read in order. (SentencePiece's own draw, with
-    # input_sentence_size and shuffle_input_sentence, gave another model in
-    # every process whatever its set_random_generator_seed.)
-    lines = random.Random(0).sample(lines, 20000)
+    lines = random.Random(draw).sample(lines, 20000)
     sentencepiece.set_random_generator_seed(0)
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_prefix=str(folder / "spm"), vocab_size=4000, model_type="unigram",
@@ -74,6 +72,11 @@ def hub_folder(tmp_path_factory, corpus):
     os.rename(folder / "spm.model", folder / SENTENCEPIECE_FILE)
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "XLMRobertaTokenizer"}))
     return folder
+
+
+@pytest.fixture(scope="module")
+def hub_folder(tmp_path_factory):
+    return train_hub_folder(tmp_path_factory.mktemp("xlmr_hub"))
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +110,20 @@ def test_ids_match_hugging_face_on_every_corpus_line(folder, corpus):
     ours = SentencePieceTokenizer.from_preset(folder)(corpus).to_list()
     theirs = hf_ids(AutoTokenizer.from_pretrained(folder), corpus)
     assert differing(ours, theirs, corpus) == []
+
+
+@pytest.mark.xfail(strict=True, reason="known: SentencePiece's C++ Viterbi adds a long text's scores in float32")
+def test_a_long_text_is_cut_as_tokenizers_cuts_it_word_by_word(tmp_path):
+    # On this model (draw 1), a 3,990-character German review: at its end the
+    # float32 sum of about 1,570 pieces' scores (-15,000) cannot tell
+    # "iden" + "der" from "ide" + "nder" (0.0004 apart), and SentencePiece's
+    # own C++ picks the worse; `tokenizers` scores each word alone, exactly.
+    # kbert runs that C++ on whole texts; the fix is to give it words.
+    folder = train_hub_folder(tmp_path, draw=1)
+    text = next(t for t in read_tsv_column(DATA / "multilingual_polarity" / "subset.tsv")
+                if t.startswith('"Faust" des 20. Jahrhunderts'))
+    assert SentencePieceTokenizer.from_preset(folder)([text]).to_list() == hf_ids(AutoTokenizer.from_pretrained(folder),
+                                                                                   [text])
 
 
 def test_ids_match_hugging_face_on_hard_and_edge_texts(folder):
