@@ -91,7 +91,7 @@ def run_kbert(task, train, test, epochs, seed, length, learning_rate, dropout):
 
     keras.utils.set_random_seed(seed)
     checkpoint = kbert.presets.files.get_preset_dir(_minilm())
-    settings = {"sequence_length": length} if dropout is None else {"sequence_length": length, "dropout": dropout}
+    settings = {"sequence_length": length, **({} if dropout is None else {"dropout": dropout})}
     if task == "stsb":
         model = kbert.BertClassifier.from_preset(checkpoint, num_classes=1, **settings)
     else:

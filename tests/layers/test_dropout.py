@@ -56,12 +56,13 @@ def test_fit_draws_a_new_mask_at_every_step_and_in_every_layer():
     # advance) or shared by the two layers shows in the shares.
     n = 8192
     inputs = keras.Input((n,))
-    kept = Dropout(0.5)(Dropout(0.5)(_Weights()(inputs)))
+    layer = _Weights()
+    kept = Dropout(0.5)(Dropout(0.5)(layer(inputs)))
     model = keras.Model(inputs, keras.layers.Lambda(lambda t: keras.ops.sum(t, axis=-1, keepdims=True))(kept))
     model.compile(optimizer=keras.optimizers.SGD(1.0), loss=lambda _, y: keras.ops.mean(y))
-    weights = [to_numpy(model.layers[1].w).copy()]
+    weights = [to_numpy(layer.w).copy()]
     # (Read at each epoch's end: JAX hands its weights back to the variables then.)
-    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda *_: weights.append(to_numpy(model.layers[1].w).copy()))
+    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda *_: weights.append(to_numpy(layer.w).copy()))
     model.fit(np.ones((1, n), "float32"), np.zeros((1, 1), "float32"), epochs=4, verbose=0, callbacks=[record])
     moved = np.array([before != after for before, after in zip(weights, weights[1:])])
     np.testing.assert_allclose(moved.mean(axis=1), 0.25, atol=0.025)  # kept by both: 0.5 x 0.5
