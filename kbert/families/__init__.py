@@ -1,48 +1,62 @@
-"""Encoder families: what differs between BERT, RoBERTa, XLM-RoBERTa, ... in one module each.
+"""Encoder families: what differs between BERT, RoBERTa, XLM-RoBERTa, ... in
+one module each, read through this registry.
 
-A family module holds:
+Each family module builds one `Family` record (`kbert.families.family`, the
+contract: its fields and what each means) and names it `FAMILY`. The
+registry checks every record when it loads, so a family that lacks a field
+fails at import, naming what it lacks.
 
-- `MODEL_TYPES`: the config.json `model_type`s it reads; a backbone's
-  `family` argument is one of them (`"bert"`, `"xlm-roberta"`, ...);
-- `CLASS_PREFIX`: transformers' class names per model type (`"Bert"` +
-  `"ForSequenceClassification"`), and `POOLED`, the classes with a pooler;
-- `PREFIX`: the backbone's weights in a task checkpoint (`"bert."`);
-- `backbone_config(hf_config, source)` / `hf_config(backbone_config)`: the
-  config mapping both ways, by `CONFIG_TABLE`'s rows (kbert argument,
-  config.json key, default); `backbone_table(backbone)`: the weight names,
-  read both ways (rows of `kbert.families.tables`);
-- the heads that differ: `CLASSIFIER_HEAD` (None: dropout and a dense layer
-  on the pooled first token; else the dense layer and activation of
-  RoBERTa's and ELECTRA's heads), `classifier_table(model)`,
-  `masked_lm_table(head)`;
-- the tokenizer: `TOKENIZERS`, a `kbert.text` class name per model type
-  (the tokenizer says how pairs are packed: its `pair_layout`), and
-  `TOKENIZER_FILES`, the files a hub repository holds it in.
-
-Adding a family is writing its module and listing it in `_MODULES` below;
-tasks, preprocessors, serving, `export_to_transformers`, the CLI and presets
-ask this registry.
+Adding a family is writing its module (its record and the functions the
+record names), listing it in `_MODULES` below, and writing the layers for
+whatever is new in its architecture; tasks, preprocessors, serving,
+`export_to_transformers`, the CLI and presets ask this registry. This
+package imports nothing else of kbert's, so every other package may read it.
 """
 
 from kbert.families import bert, distilbert, electra, roberta
+from kbert.families.family import Family
 
 _MODULES = (bert, roberta, distilbert, electra)
-_BY_MODEL_TYPE = {model_type: module for module in _MODULES for model_type in module.MODEL_TYPES}
+FAMILIES = tuple(module.FAMILY for module in _MODULES)
+
+
+def _check(families):
+    for family in families:
+        problems = family.problems() if isinstance(family, Family) else [f"{family!r} is not a Family"]
+        if problems:
+            raise TypeError(f"The {getattr(family, 'name', family)} family breaks the family contract "
+                            f"(kbert.families.family.Family): {'; '.join(problems)}.")
+    by_model_type = {}
+    for family in families:
+        for model_type in family.model_types:
+            if model_type in by_model_type:
+                raise TypeError(f'model_type "{model_type}" is claimed by both {by_model_type[model_type].name} '
+                                f"and {family.name}.")
+            by_model_type[model_type] = family
+    return by_model_type
+
+
+_BY_MODEL_TYPE = _check(FAMILIES)
 MODEL_TYPES = tuple(_BY_MODEL_TYPE)
 
 
 def get(model_type):
-    """The family module of a backbone's `family` (a config.json `model_type`)."""
+    """The `Family` of a backbone's `family` (a config.json `model_type`)."""
     try:
         return _BY_MODEL_TYPE[model_type]
     except (KeyError, TypeError):
         raise ValueError(f"Unknown model family {model_type!r}; kbert builds {', '.join(MODEL_TYPES)}.") from None
 
 
+def model_type_of(hf_config):
+    """A `config.json` dict's `model_type` ("bert" where it says none, as old
+    BERT checkpoints write none)."""
+    return hf_config.get("model_type", "bert") if isinstance(hf_config, dict) else "bert"
+
+
 def of_hf_config(hf_config, source="config.json"):
-    """The family of a Hugging Face `config.json` dict, by its `model_type`
-    (a config without one is BERT's, as old BERT checkpoints write none)."""
-    model_type = hf_config.get("model_type", "bert") if isinstance(hf_config, dict) else "bert"
+    """The family of a Hugging Face `config.json` dict, by its `model_type`."""
+    model_type = model_type_of(hf_config)
     if model_type not in _BY_MODEL_TYPE:
         raise ValueError(f'{source} describes a "{model_type}" model; kbert loads {", ".join(MODEL_TYPES)} '
                          "checkpoints.")
@@ -53,14 +67,13 @@ def config_names(hf_config):
     """`{kbert argument: config.json key}` of the family of a `config.json`
     dict (BERT's for a `model_type` kbert does not read: that is refused
     where the config is read whole)."""
-    model_type = hf_config.get("model_type", "bert") if isinstance(hf_config, dict) else "bert"
-    return {kbert: hf for kbert, hf, _ in _BY_MODEL_TYPE.get(model_type, bert).CONFIG_TABLE}
+    return _BY_MODEL_TYPE.get(model_type_of(hf_config), bert.FAMILY).config_names
 
 
 def backbone_config(hf_config, source="config.json"):
     """kbert `BertBackbone` arguments from a `config.json` dict, by its family."""
     config = of_hf_config(hf_config, source).backbone_config(hf_config, source)
-    return {**config, "family": hf_config.get("model_type", "bert")}
+    return {**config, "family": model_type_of(hf_config)}
 
 
 def hf_config(backbone_config):
@@ -70,21 +83,36 @@ def hf_config(backbone_config):
 
 def class_name(family, suffix):
     """transformers' class of a family's `suffix` (`"Model"`, `"ForMaskedLM"`, ...)."""
-    return get(family).CLASS_PREFIX[family] + suffix
+    return get(family).class_prefix[family] + suffix
 
 
 def tokenizer_class_name(family):
-    return get(family).TOKENIZERS[family]
+    """kbert's tokenizer class of a model type."""
+    return get(family).tokenizers[family]
+
+
+def tokenizer_class_of(transformers_class):
+    """kbert's tokenizer class for a transformers tokenizer class name
+    (`tokenizer_config.json`'s `tokenizer_class`, matched by prefix), or
+    None for one no family names."""
+    return next((kbert_class for family in FAMILIES for prefix, kbert_class in family.tokenizer_classes.items()
+                 if transformers_class.startswith(prefix)), None)
+
+
+def sentencepiece_vocabulary(transformers_class, default="fairseq"):
+    """How the vocabulary of a transformers tokenizer class lays out its
+    SentencePiece model's pieces (`kbert.text.sentencepiece_model`)."""
+    return next((layout for family in FAMILIES for prefix, layout in family.sentencepiece_vocabularies.items()
+                 if transformers_class.startswith(prefix)), default)
 
 
 def all_tokenizer_files():
     """Every set of files that holds a tokenizer kbert reads, of any family."""
-    return tuple(dict.fromkeys(names for module in _MODULES for choices in module.TOKENIZER_FILES.values()
+    return tuple(dict.fromkeys(names for family in FAMILIES for choices in family.tokenizer_files.values()
                                for names in choices))
 
 
 def tokenizer_files(model_type):
     """The sets of files a hub repository of `model_type` may hold its
     tokenizer in, preferred first (an unknown type: BERT's)."""
-    family = _BY_MODEL_TYPE.get(model_type, bert)
-    return family.TOKENIZER_FILES.get(model_type, bert.TOKENIZER_FILES["bert"])
+    return _BY_MODEL_TYPE.get(model_type, bert.FAMILY).tokenizer_files.get(model_type, bert.WORDPIECE_FILES)

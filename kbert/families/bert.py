@@ -1,29 +1,15 @@
 """BERT (Devlin et al. 2019), the first family: `modeling_bert.py`'s names.
 
-A family module holds what differs between encoder families (see
-`kbert.families`): the config mapping both ways, the weight-name table read
-both ways, the head variants, the embeddings' settings and the tokenizer."""
+A family module builds its `Family` record (`kbert.families.family`): the
+config mapping both ways, the weight-name table read both ways, the head
+variants, the embeddings' settings and the tokenizer. BERT's is `FAMILY`,
+at the end; the functions before it are BERT's, which other families reuse."""
 
+from kbert.families.family import Family
 from kbert.families.tables import T, absolute_positions, check_config, dense, encoder_layers, layer_norm
 
-MODEL_TYPES = ("bert",)
-# transformers' class names: "Bert" + "Model", "ForSequenceClassification", ...
-CLASS_PREFIX = {"bert": "Bert"}
-# The backbone's weights in a task checkpoint (BertForX); bare in BertModel's.
-PREFIX = "bert."
-# transformers' classes that hold the pooler (its token-level heads have none).
-# Whether the model has token type (segment) embeddings.
-TOKEN_TYPES = True
-POSITIONS_AFTER_PADDING = False
-POOLED = ("Model", "ForSequenceClassification", "ForPreTraining")
-# The tokenizer: a `kbert.text` class per model type (it says how pairs are packed).
-TOKENIZERS = {"bert": "BertTokenizer"}
-# Where a hub repository holds it: the first set of files it has.
-TOKENIZER_FILES = {"bert": (("vocab.txt",), ("tokenizer.json",))}
-# The sequence classifier's head: dropout and a dense layer on the pooled [CLS].
-# Its output layer's name in the checkpoint (the number of classes is read off it).
-CLASSIFIER_OUTPUT = "classifier"
-CLASSIFIER_HEAD = None
+# Where a hub repository holds the tokenizer: the first set of files it has.
+WORDPIECE_FILES = (("vocab.txt",), ("tokenizer.json",))
 
 REQUIRED = ("vocab_size", "num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size")
 # (kbert `BertBackbone` argument, config.json key, default where config.json
@@ -97,3 +83,26 @@ def masked_lm_table(head):
         *layer_norm(head.layer_norm, "cls.predictions.transform.LayerNorm"),
         (head.bias, "cls.predictions.bias", None),
     ]
+
+
+FAMILY = Family(
+    name="BERT",
+    model_types=("bert",),
+    class_prefix={"bert": "Bert"},  # "Bert" + "Model", "ForSequenceClassification", ...
+    prefix="bert.",  # the backbone in a task checkpoint (BertForX); bare in BertModel's
+    backbone_config=backbone_config,
+    hf_config=hf_config,
+    config_names={kbert: hf for kbert, hf, _ in CONFIG_TABLE},
+    backbone_table=backbone_table,
+    classifier_table=classifier_table,
+    masked_lm_table=masked_lm_table,
+    # The sequence classifier's head: dropout and a dense layer on the pooled [CLS].
+    classifier_output="classifier",
+    classifier_head=None,
+    # transformers' classes that hold the pooler (its token-level heads have none).
+    pooled=("Model", "ForSequenceClassification", "ForPreTraining"),
+    next_sentence=True,
+    tokenizers={"bert": "BertTokenizer"},
+    tokenizer_files={"bert": WORDPIECE_FILES},
+    tokenizer_classes={"Bert": "BertTokenizer"},
+)

@@ -11,19 +11,8 @@
 """
 
 from kbert.families import bert
+from kbert.families.family import Family
 from kbert.families.tables import T, check_config, dense, layer_norm
-
-MODEL_TYPES = ("distilbert",)
-CLASS_PREFIX = {"distilbert": "DistilBert"}
-PREFIX = "distilbert."
-# Whether the model has token type (segment) embeddings.
-TOKEN_TYPES = False
-POSITIONS_AFTER_PADDING = False
-POOLED = ()
-TOKENIZERS = {"distilbert": "BertTokenizer"}
-TOKENIZER_FILES = {"distilbert": bert.TOKENIZER_FILES["bert"]}
-CLASSIFIER_OUTPUT = "classifier"
-CLASSIFIER_HEAD = {"activation": "relu", "dropout_first": False}
 
 REQUIRED = ("vocab_size", "n_layers", "n_heads", "dim", "hidden_dim")
 CONFIG_TABLE = (
@@ -86,3 +75,24 @@ def masked_lm_table(head):
         *layer_norm(head.layer_norm, "vocab_layer_norm"),
         (head.bias, "vocab_projector.bias", None),
     ]
+
+
+FAMILY = Family(
+    name="DistilBERT",
+    model_types=("distilbert",),
+    class_prefix={"distilbert": "DistilBert"},
+    prefix="distilbert.",
+    backbone_parts=("embeddings.", "transformer."),
+    backbone_config=backbone_config,
+    hf_config=hf_config,
+    config_names={kbert: hf for kbert, hf, _ in CONFIG_TABLE},
+    backbone_table=backbone_table,
+    classifier_table=classifier_table,
+    masked_lm_table=masked_lm_table,
+    classifier_output="classifier",
+    classifier_head={"activation": "relu", "dropout_first": False},
+    token_types=False,
+    tokenizers={"distilbert": "BertTokenizer"},
+    tokenizer_files={"distilbert": bert.WORDPIECE_FILES},
+    tokenizer_classes={"DistilBert": "BertTokenizer"},
+)

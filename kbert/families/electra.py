@@ -11,19 +11,8 @@
 """
 
 from kbert.families import bert
+from kbert.families.family import Family
 from kbert.families.tables import T, dense, encoder_layers, layer_norm
-
-MODEL_TYPES = ("electra",)
-CLASS_PREFIX = {"electra": "Electra"}
-PREFIX = "electra."
-# Whether the model has token type (segment) embeddings.
-TOKEN_TYPES = True
-POSITIONS_AFTER_PADDING = False
-POOLED = ()
-TOKENIZERS = {"electra": "BertTokenizer"}
-TOKENIZER_FILES = {"electra": bert.TOKENIZER_FILES["bert"]}
-CLASSIFIER_OUTPUT = "classifier.out_proj"
-CLASSIFIER_HEAD = {"activation": "gelu", "dropout_first": True}
 
 CONFIG_TABLE = (*bert.CONFIG_TABLE, ("embedding_dim", "embedding_size", None))  # (None: the hidden size)
 
@@ -59,3 +48,23 @@ def masked_lm_table(head):
         *layer_norm(head.layer_norm, "generator_predictions.LayerNorm"),
         (head.bias, "generator_lm_head.bias", None),
     ]
+
+
+FAMILY = Family(
+    name="ELECTRA",
+    model_types=("electra",),
+    class_prefix={"electra": "Electra"},
+    prefix="electra.",
+    backbone_parts=("embeddings.", "embeddings_project.", "encoder."),
+    backbone_config=backbone_config,
+    hf_config=hf_config,
+    config_names={kbert: hf for kbert, hf, _ in CONFIG_TABLE},
+    backbone_table=backbone_table,
+    classifier_table=classifier_table,
+    masked_lm_table=masked_lm_table,
+    classifier_output="classifier.out_proj",
+    classifier_head={"activation": "gelu", "dropout_first": True},
+    tokenizers={"electra": "BertTokenizer"},
+    tokenizer_files={"electra": bert.WORDPIECE_FILES},
+    tokenizer_classes={"Electra": "BertTokenizer"},
+)

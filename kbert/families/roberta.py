@@ -11,24 +11,10 @@ CamemBERT: BERT's encoder with `modeling_roberta.py`'s differences.
 """
 
 from kbert.families import bert
+from kbert.families.family import Family
 from kbert.families.tables import T, absolute_positions, check_config, dense, encoder_layers, layer_norm
 
-MODEL_TYPES = ("roberta", "xlm-roberta", "camembert")
-CLASS_PREFIX = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
-PREFIX = "roberta."  # XLMRobertaForX and CamembertForX name it so too
-# Whether the model has token type (segment) embeddings.
-TOKEN_TYPES = True
-POOLED = ("Model",)
-# Positions start after the padding index: `position_offset` = pad_token_id + 1.
-POSITIONS_AFTER_PADDING = True
-TOKENIZERS = {"roberta": "BytePairTokenizer", "xlm-roberta": "SentencePieceTokenizer",
-              "camembert": "SentencePieceTokenizer"}
 _SENTENCEPIECE = (("tokenizer.json",), ("sentencepiece.bpe.model",))
-TOKENIZER_FILES = {"roberta": (("tokenizer.json",), ("vocab.json", "merges.txt")),
-                   "xlm-roberta": _SENTENCEPIECE, "camembert": _SENTENCEPIECE}
-# Its output layer's name in the checkpoint (the number of classes is read off it).
-CLASSIFIER_OUTPUT = "classifier.out_proj"
-CLASSIFIER_HEAD = {"activation": "tanh", "dropout_first": True}
 
 CONFIG_TABLE = (
     *(row for row in bert.CONFIG_TABLE if row[0] not in ("max_sequence_length", "num_segments",
@@ -79,3 +65,31 @@ def masked_lm_table(head):
         *layer_norm(head.layer_norm, "lm_head.layer_norm"),
         (head.bias, "lm_head.bias", None),
     ]
+
+
+FAMILY = Family(
+    name="RoBERTa",
+    model_types=("roberta", "xlm-roberta", "camembert"),
+    class_prefix={"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"},
+    prefix="roberta.",  # XLMRobertaForX and CamembertForX name it so too
+    backbone_config=backbone_config,
+    hf_config=hf_config,
+    config_names={kbert: hf for kbert, hf, _ in CONFIG_TABLE},
+    backbone_table=backbone_table,
+    classifier_table=classifier_table,
+    masked_lm_table=masked_lm_table,
+    classifier_output="classifier.out_proj",
+    classifier_head={"activation": "tanh", "dropout_first": True},
+    pooled=("Model",),
+    # Positions start after the padding index: `position_offset` = pad_token_id + 1.
+    positions_after_padding=True,
+    tokenizers={"roberta": "BytePairTokenizer", "xlm-roberta": "SentencePieceTokenizer",
+                "camembert": "SentencePieceTokenizer"},
+    tokenizer_files={"roberta": (("tokenizer.json",), ("vocab.json", "merges.txt")),
+                     "xlm-roberta": _SENTENCEPIECE, "camembert": _SENTENCEPIECE},
+    # ("XLMRoberta" before "Roberta": a class name is matched by its prefix.)
+    tokenizer_classes={"XLMRoberta": "SentencePieceTokenizer", "Camembert": "SentencePieceTokenizer",
+                       "Roberta": "BytePairTokenizer", "GPT2": "BytePairTokenizer"},
+    # How each tokenizer's vocabulary lays out its SentencePiece model's pieces.
+    sentencepiece_vocabularies={"XLMRoberta": "fairseq", "Camembert": "fairseq_unused_unk"},
+)

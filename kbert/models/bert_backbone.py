@@ -102,11 +102,11 @@ class BertBackbone(LoRA, keras.Model):
         **kwargs,
     ):
         kind = families.get(family)  # refuses an unknown one
-        if bool(num_segments) != kind.TOKEN_TYPES:
+        if bool(num_segments) != kind.token_types:
             raise ValueError(f"num_segments={num_segments} for a {family!r} backbone: "
                              + ("it has token types, so num_segments >= 1." if num_segments == 0 else
                                 "it has no token type embeddings: num_segments=0."))
-        if kind.POSITIONS_AFTER_PADDING and position_offset < 1:
+        if kind.positions_after_padding and position_offset < 1:
             raise ValueError(f"position_offset={position_offset} for a {family!r} backbone: its positions start "
                              "after the padding index, at pad_token_id + 1 (2 in RoBERTa's checkpoints).")
         if dtype == "auto":

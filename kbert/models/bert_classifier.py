@@ -95,7 +95,7 @@ class BertClassifier(Task):
                              "give each class its own name.")
         inputs = self.backbone_inputs(backbone)
         rate = backbone.dropout if dropout is None else dropout
-        head = families.get(backbone.family).CLASSIFIER_HEAD if self.classified_output == "pooled_output" else None
+        head = families.get(backbone.family).classifier_head if self.classified_output == "pooled_output" else None
         if self.classified_output == "pooled_output":
             features = backbone.pooled_output_model(pool=head is None)(inputs)
         else:
@@ -232,11 +232,11 @@ class BertClassifier(Task):
     def reads_pooler(self):
         # RoBERTa's, DistilBERT's and ELECTRA's heads have a dense layer of their own.
         backbone = getattr(self, "backbone", None)
-        return backbone is None or families.get(backbone.family).CLASSIFIER_HEAD is None
+        return backbone is None or families.get(backbone.family).classifier_head is None
 
     @classmethod
     def _hf_output_name(cls, family):
-        return families.get(family).CLASSIFIER_OUTPUT
+        return families.get(family).classifier_output
 
 
 def _check_threshold(threshold):

@@ -152,7 +152,7 @@ class BertPretrainer(BertMaskedLM):
         return {**super().head_settings(), "next_sentence": True}
 
     def _heads(self, backbone, inputs, backbone_outputs):
-        if backbone.family != "bert":
+        if not families.get(backbone.family).next_sentence:
             # RoBERTa, DistilBERT and ELECTRA were pre-trained without it.
             raise ValueError(f"BertPretrainer adds BERT's next-sentence head; a {backbone.family!r} backbone has "
                              "none. Pre-train it with kbert.BertMaskedLM (masked LM alone).")

@@ -98,7 +98,7 @@ def _modern_name(name):
 def backbone_prefix(tensors, family="bert"):
     """The family's prefix (`"bert."`) for task checkpoints (BertForX), `""`
     for bare BertModel ones."""
-    prefix = families.get(family).PREFIX
+    prefix = families.get(family).prefix
     return prefix if any(k.startswith(prefix + "embeddings.") for k in tensors) else ""
 
 
@@ -135,15 +135,14 @@ def assign(table, tensors, prefix="", source="checkpoint"):
         variable.assign(np.asarray(value, dtype=variable.dtype))
 
 
-def unused_backbone_tensors(table, tensors, prefix):
+def unused_backbone_tensors(table, tensors, prefix, family="bert"):
     """Backbone tensors in the checkpoint that the table does not read, e.g.
-    the layers of a deeper model than config.json says."""
+    the layers of a deeper model than config.json says: those under the
+    family's `backbone_parts` (DistilBERT's `transformer.`, ELECTRA's
+    `embeddings_project.`)."""
     used = {prefix + name for _, name, _ in table}
-    backbone_parts = ("embeddings.", "encoder.", "pooler.")
-    return sorted(
-        k for k in tensors
-        if k not in used and k[len(prefix):].startswith(backbone_parts) and not k.endswith("position_ids")
-    )
+    reads = families.get(family).reads
+    return sorted(k for k in tensors if k not in used and reads(k, prefix) and not k.endswith("position_ids"))
 
 
 def _hf_shape(shape, transform):

@@ -94,10 +94,10 @@ def load_hf_backbone_weights(backbone, path, tensors=None):
         # BertForMaskedLM, token classification and QA checkpoints have no
         # pooler; it keeps its initial weights. (Said only where the family's
         # classifier reads it: RoBERTa's task checkpoints never hold one.)
-        if "ForSequenceClassification" in families.get(backbone.family).POOLED:
+        if "ForSequenceClassification" in families.get(backbone.family).pooled:
             warnings.warn(f"{path} has no pooler weights; pooled_output uses a freshly initialised pooler.")
         table = [row for row in table if not row[1].startswith("pooler.")]
-    unused = huggingface.unused_backbone_tensors(table, tensors, prefix)
+    unused = huggingface.unused_backbone_tensors(table, tensors, prefix, backbone.family)
     if unused:
         raise ValueError(
             f"The weights in {path} do not match its config: the config does not account for "

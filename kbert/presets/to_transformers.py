@@ -78,9 +78,9 @@ def write_folder(path, kind, backbone, head=(), head_config=None, preprocessor=N
         raise ValueError(f"dtype={dtype!r}: export weights as one of {', '.join(DTYPES)}.")
     files.check_new_folder(path, "export_to_transformers")
     family = families.get(backbone.family)
-    pooler = kind in family.POOLED
+    pooler = kind in family.pooled
     rows = [row for row in huggingface.backbone_table(backbone) if pooler or not row[1].startswith("pooler.")]
-    tensors = huggingface.tensors_of(rows, "" if kind == "Model" else family.PREFIX, dtype)
+    tensors = huggingface.tensors_of(rows, "" if kind == "Model" else family.prefix, dtype)
     tensors.update(huggingface.tensors_of(head, "", dtype))
     name = families.class_name(backbone.family, kind)
     config = {"architectures": [name], **huggingface.hf_config(backbone.get_config()), **(head_config or {})}

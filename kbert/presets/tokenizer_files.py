@@ -36,10 +36,9 @@ def has_tokenizer(folder):
                for names in families.all_tokenizer_files())
 
 
-# tokenizer.json's model type, and tokenizer_class names -> kbert's tokenizer class.
+# tokenizer.json's model type -> kbert's tokenizer class (transformers'
+# tokenizer classes are the families' `tokenizer_classes`).
 _BY_MODEL = {"WordPiece": "BertTokenizer", "BPE": "BytePairTokenizer", "Unigram": "SentencePieceTokenizer"}
-_BY_CLASS = {"XLMRoberta": "SentencePieceTokenizer", "Camembert": "SentencePieceTokenizer",
-             "Roberta": "BytePairTokenizer", "GPT2": "BytePairTokenizer", "Bert": "BertTokenizer"}
 
 
 def tokenizer_class_name(folder, family):
@@ -58,9 +57,8 @@ def tokenizer_class_name(folder, family):
     if has("vocab.json") and has("merges.txt"):
         return "BytePairTokenizer"
     named = str(files.load_json(folder, files.TOKENIZER_CONFIG, default={"": None}).get("tokenizer_class") or "")
-    for prefix, name in _BY_CLASS.items():
-        if named.startswith(prefix):
-            return name
+    if families.tokenizer_class_of(named):
+        return families.tokenizer_class_of(named)
     if has(TOKENIZER_JSON):
         model = files.load_json(folder, TOKENIZER_JSON).get("model") or {}
         if model.get("type") in _BY_MODEL:

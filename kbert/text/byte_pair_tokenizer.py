@@ -223,7 +223,7 @@ class BytePairTokenizer(Tokenizer):
 
     PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
     # How the preprocessor packs a pair: `<s> A </s></s> B </s>` (`kbert.text.packing`).
-    pair_layout = "roberta"
+    pair_layout = "two_separators"
 
     def __init__(self, vocabulary, merges, add_prefix_space=False, trim_offsets=True, lstrip_tokens=(MASK,),
                  rstrip_tokens=()):

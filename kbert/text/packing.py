@@ -3,7 +3,7 @@
 BERT §3 (Input/Output Representations): every sequence starts with `[CLS]`,
 each segment ends with `[SEP]`, and a learned segment embedding tells the
 tokens of A (segment 0) from those of B (segment 1). RoBERTa's pairs
-(`pair_layout="roberta"`) are `<s> A </s></s> B </s>`, all in segment 0.
+(`pair_layout="two_separators"`) are `<s> A </s></s> B </s>`, all in segment 0.
 """
 
 
@@ -12,9 +12,11 @@ from kbert.tf_if_present import tf
 
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PAD_TO = ("sequence_length", "longest", "bucket")
-# How a pair is packed: BERT's `[CLS] A [SEP] B [SEP]` (B in segment 1), or
-# RoBERTa's `<s> A </s></s> B </s>` (one segment).
-PAIR_LAYOUTS = ("bert", "roberta")
+# How a pair is packed, named by its shape: `[CLS] A [SEP] B [SEP]` with B
+# in segment 1 (BERT's), or `<s> A </s></s> B </s>` in one segment (RoBERTa's).
+PAIR_LAYOUTS = ("one_separator", "two_separators")
+# The names of the first releases, by family, still read.
+_FAMILY_LAYOUT_NAMES = {"bert": "one_separator", "roberta": "two_separators"}
 # The shortest bucket length of pad_to="bucket" (see bucket_lengths).
 MIN_BUCKET = 16
 
@@ -63,10 +65,10 @@ def _keep_first(segment, lengths):
     return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
 
 
-def combine_segments(segments, cls_id, sep_id, pair_layout="bert"):
+def combine_segments(segments, cls_id, sep_id, pair_layout="one_separator"):
     """`[CLS] A [SEP] (B [SEP])` in each row, with each token's segment id (0
     up to the first [SEP], then 1), as `tf_text.combine_segments` gives them;
-    `pair_layout="roberta"`: `<s> A </s> (</s> B </s>)`, all in segment 0.
+    `pair_layout="two_separators"`: `<s> A </s> (</s> B </s>)`, all in segment 0.
 
     Every token is written straight to its place in the flat values: the
     ragged concatenation that tensorflow-text uses traces slowly and adds
@@ -88,7 +90,7 @@ def combine_segments(segments, cls_id, sep_id, pair_layout="bert"):
     # The pieces of every row, in order, with their segment ids: [CLS], A, [SEP], B, [SEP].
     pieces = [(special(cls_id), 0)]
     for segment_id, segment in enumerate(segments):
-        if pair_layout == "roberta":
+        if pair_layout == "two_separators":
             pieces += [(special(sep_id), 0)] if segment_id else []
             segment_id = 0
         pieces += [(segment, segment_id), (special(sep_id), segment_id)]
@@ -197,9 +199,9 @@ class SegmentPacker(tf.Module):
         pad_to_multiple_of: if set, the padded length is rounded up to a
             multiple of it (8 suits tensor cores); `sequence_length` must then be
             a multiple of it too.
-        pair_layout: `"bert"` (`[CLS] A [SEP] B [SEP]`, B in segment 1) or
-            `"roberta"` (`<s> A </s></s> B </s>`, one segment): the
-            tokenizer's `pair_layout`.
+        pair_layout: `"one_separator"` (`[CLS] A [SEP] B [SEP]`, B in
+            segment 1) or `"two_separators"` (`<s> A </s></s> B </s>`, one
+            segment): the tokenizer's `pair_layout`.
 
     Call it on one ragged batch of ids or a tuple `(ids_a, ids_b)`; it returns
     a dict of int32 tensors [batch, length]: `token_ids`, `segment_ids` (0 for
@@ -222,9 +224,10 @@ class SegmentPacker(tf.Module):
         truncation="longest_first",
         pad_to="sequence_length",
         pad_to_multiple_of=None,
-        pair_layout="bert",
+        pair_layout="one_separator",
     ):
         super().__init__(name="segment_packer")
+        pair_layout = _FAMILY_LAYOUT_NAMES.get(pair_layout, pair_layout)
         if pair_layout not in PAIR_LAYOUTS:
             raise ValueError(f'Unknown pair_layout "{pair_layout}". Use one of: {", ".join(PAIR_LAYOUTS)}.')
         if truncation not in TRUNCATIONS:
@@ -298,7 +301,7 @@ class SegmentPacker(tf.Module):
     def special_tokens(self, num_segments):
         """How many special tokens a sequence of `num_segments` segments
         holds: `[CLS] A [SEP]` 2; `[CLS] A [SEP] B [SEP]` 3; `<s> A </s></s> B </s>` 4."""
-        return 1 + num_segments + (num_segments == 2 and self.pair_layout == "roberta")
+        return 1 + num_segments + (num_segments == 2 and self.pair_layout == "two_separators")
 
     def _padded_length(self, token_ids):
         if self.pad_to == "sequence_length":

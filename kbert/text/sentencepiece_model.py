@@ -25,6 +25,8 @@ import os
 import struct
 import unicodedata
 
+from kbert import families
+
 SENTENCEPIECE_FILE = "sentencepiece.bpe.model"
 TOKENIZER_JSON = "tokenizer.json"
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
@@ -163,7 +165,7 @@ def fairseq_pieces(sp_pieces):
     return [(token, 0.0) for token in FAIRSEQ_SPECIALS] + list(sp_pieces[3:]) + [(MASK, 0.0)]
 
 
-def camembert_pieces(sp_pieces):
+def fairseq_unused_unk_pieces(sp_pieces):
     """CamemBERT's vocabulary of its SentencePiece model: four fairseq
     specials of its own, then every piece at its SentencePiece id + 4 (the
     model's `<unk>` unused), `<mask>` last."""
@@ -171,6 +173,15 @@ def camembert_pieces(sp_pieces):
     return [("<s>NOTUSED", 0.0), ("<pad>", 0.0), ("</s>NOTUSED", 0.0), ("<unk>", 0.0)] + unused + list(
         sp_pieces[1:]
     ) + [(MASK, 0.0)]
+
+
+# How a Hugging Face vocabulary lays out a SentencePiece model's pieces, by
+# shape: (the vocabulary's pieces, its special tokens). Which tokenizer uses
+# which is a family fact (`Family.sentencepiece_vocabularies`).
+VOCABULARY_LAYOUTS = {
+    "fairseq": (fairseq_pieces, [*FAIRSEQ_SPECIALS, MASK]),
+    "fairseq_unused_unk": (fairseq_unused_unk_pieces, ["<pad>", "<unk>", "<s>", "</s>", MASK]),
+}
 
 
 def read_model(folder):
@@ -196,12 +207,13 @@ def read_model(folder):
     if os.path.isfile(config_path):
         with open(config_path, encoding="utf-8") as f:
             tokenizer_config = json.load(f)
-    is_camembert = (tokenizer_config.get("tokenizer_class") or "").startswith("Camembert")
+    pieces_of, special_tokens = VOCABULARY_LAYOUTS[
+        families.sentencepiece_vocabulary(str(tokenizer_config.get("tokenizer_class") or ""))]
     added = (tokenizer_config.get("added_tokens_decoder") or {}).values()
     return {
-        "pieces": camembert_pieces(sp_pieces) if is_camembert else fairseq_pieces(sp_pieces),
+        "pieces": pieces_of(sp_pieces),
         "unk_id": FAIRSEQ_SPECIALS.index("<unk>"),
-        "special_tokens": ["<pad>", "<unk>", "<s>", "</s>", MASK] if is_camembert else [*FAIRSEQ_SPECIALS, MASK],
+        "special_tokens": special_tokens,
         "precompiled_charsmap": base64.b64encode(charsmap).decode("ascii"),
         "lstrip_tokens": [token["content"] for token in added if token.get("lstrip")],
         "add_prefix_space": add_dummy_prefix,

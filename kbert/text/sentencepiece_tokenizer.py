@@ -217,7 +217,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
     # How the preprocessor packs a pair: `<s> A </s></s> B </s>` (`kbert.text.packing`).
-    pair_layout = "roberta"
+    pair_layout = "two_separators"
 
     def __init__(
         self, pieces, unk_id=3, special_tokens=(CLS, PAD, SEP, UNK, MASK), precompiled_charsmap="", lstrip_tokens=()

@@ -25,7 +25,7 @@ class Tokenizer(tf.Module):
     `kbert.text.packing`)."""
 
     PAD = UNK = CLS = SEP = MASK = None
-    pair_layout = "bert"
+    pair_layout = "one_separator"
 
     @classmethod
     def from_config(cls, config):

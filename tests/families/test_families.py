@@ -3,6 +3,7 @@ against transformers on the same weights: the backbone and every task head,
 from tiny random checkpoints saved by transformers' own classes (weights
 nudged off their initialisation), and back out with `export_to_transformers`."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -151,3 +152,28 @@ def test_an_absurd_distilbert_config_is_refused_before_it_is_built(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**config, "n_layers": 100_000, "dim": 4096}))
     with pytest.raises(ValueError, match=r"describes a model of [\d,]+ parameters"):
         kbert.BertBackbone.from_preset(str(tmp_path))
+
+
+@pytest.mark.parametrize("family, config", [("distilbert", {"n_layers": 1}), ("electra", {"num_hidden_layers": 1})])
+def test_a_checkpoint_deeper_than_its_config_is_refused_in_every_family(tmp_path, family, config):
+    # DistilBERT's layers are `transformer.layer.N`, not BERT's `encoder.layer.N`.
+    save_checkpoint(tmp_path, family, "ForSequenceClassification")
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, **config}))
+    with pytest.raises(ValueError, match=r"the config does not account for \d+ tensors, e\.g\. \w+\.(transformer|encoder)\.layer\.1\."):
+        kbert.BertClassifier.from_preset(str(tmp_path))
+
+
+def test_every_family_keeps_the_family_contract():
+    from kbert import families
+    from kbert.families.family import Family
+
+    for family in families.FAMILIES:
+        assert isinstance(family, Family) and family.problems() == [], family.name
+    broken = dataclasses.replace(families.get("bert"), model_types=("bert", "bert-2"), prefix="bert")
+    assert broken.problems() == ["class_prefix lacks bert-2", "tokenizers lacks bert-2", "tokenizer_files lacks bert-2",
+                                 'prefix "bert" must end with "."']
+    with pytest.raises(TypeError, match='The BERT family breaks the family contract .*: class_prefix lacks bert-2'):
+        families._check((broken,))
+    with pytest.raises(TypeError, match='model_type "bert" is claimed by both BERT and BERT'):
+        families._check((families.get("bert"), families.get("bert")))
