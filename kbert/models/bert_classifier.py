@@ -58,9 +58,6 @@ class BertClassifier(Task):
     [{'corpus_id': 0, 'score': 0.99}, {'corpus_id': 1, 'score': 0.0001}]
     """
 
-    # What the head classifies: the pooled [CLS] vector; the token classifier
-    # classifies every position of the sequence output with the same head.
-    classified_output = "pooled_output"
     # The preset's settings of its head, dropped where `from_preset` is given
     # another `num_classes` (a new head).
     head_keys = ("class_names", "problem_type", "score_activation")
@@ -69,14 +66,7 @@ class BertClassifier(Task):
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None, problem_type=None,
                  threshold=0.5, score_activation=None, **kwargs):
-        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
-            raise ValueError(
-                f"num_classes={num_classes!r} ({type(num_classes).__name__}): give the number of classes "
-                "as a positive int, e.g. num_classes=2."
-            )
-        num_classes = int(num_classes)
-        if class_names is not None and len(class_names) != num_classes:
-            raise ValueError(f"Got {len(class_names)} class_names for num_classes={num_classes}.")
+        num_classes, class_names = check_classes(num_classes, class_names)
         if problem_type is None:
             problem_type = REGRESSION if num_classes == 1 else SINGLE_LABEL
         if problem_type not in PROBLEM_TYPES:
@@ -87,35 +77,16 @@ class BertClassifier(Task):
         if score_activation is not None and problem_type != REGRESSION:
             raise ValueError(f"score_activation={score_activation!r} is for regression (scores); this classifier's "
                              f"problem_type is {problem_type!r}.")
-        repeated = [] if class_names is None else [n for i, n in enumerate(class_names) if n in class_names[:i]]
-        if repeated:
-            # A label is looked up by its name: a repeated one would map to
-            # one class only, and the other would never be trained.
-            raise ValueError(f"class_names={list(class_names)!r} names {repeated[0]!r} more than once; "
-                             "give each class its own name.")
         inputs = self.backbone_inputs(backbone)
-        rate = backbone.dropout if dropout is None else dropout
-        head = families.get(backbone.family).classifier_head if self.classified_output == "pooled_output" else None
-        if self.classified_output == "pooled_output":
-            features = backbone.pooled_output_model(pool=head is None)(inputs)
-        else:
-            features = backbone(inputs)[self.classified_output]
-        if head is not None:
-            # RoBERTa's and ELECTRA's head: a dense layer of its own on the
-            # first token in place of BERT's pooler.
-            if head["dropout_first"]:
-                features = Dropout(rate, name="classifier_dense_dropout")(features)
-            features = keras.layers.Dense(backbone.hidden_dim, activation=head["activation"],
-                                          kernel_initializer=head_initializer(), dtype="float32",
-                                          name="classifier_dense")(features)
-        x = Dropout(rate, name="classifier_dropout")(features)
-        logits = keras.layers.Dense(
-            num_classes, kernel_initializer=head_initializer(), dtype="float32", name="logits"
-        )(x)
+        family_head = families.get(backbone.family).classifier_head
+        # A family with a head of its own (RoBERTa, ELECTRA, DistilBERT) reads
+        # the first token's vector, not BERT's pooler.
+        features = backbone.pooled_output_model(pool=family_head is None)(inputs)
+        logits = classifier_logits(backbone, features, num_classes, dropout, family_head)
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_classes = num_classes
         self.dropout = dropout
-        self.class_names = list(class_names) if class_names is not None else None
+        self.class_names = class_names
         self.problem_type = problem_type
         self.threshold = float(threshold)
         self.score_activation = score_activation
@@ -212,20 +183,14 @@ class BertClassifier(Task):
 
     @classmethod
     def hf_head_config(cls, preset, tensors):
-        hf_config = preset.config
-        output = cls._hf_output_name(preset.backbone_config.get("family", "bert")) + ".weight"
-        if output not in tensors:
+        family = families.get(preset.backbone_config.get("family", "bert"))
+        config = hf_labels(preset, tensors, family.classifier_output)
+        if not config:
             return {}
-        config = {"num_classes": tensors[output].shape[0]}
-        if hf_config.get("problem_type") in PROBLEM_TYPES:
-            config["problem_type"] = hf_config["problem_type"]
+        if preset.config.get("problem_type") in PROBLEM_TYPES:
+            config["problem_type"] = preset.config["problem_type"]
         if config["num_classes"] == 1:
             config.update(preset.cross_encoder)
-        id2label = hf_config.get("id2label")
-        if id2label and len(id2label) == config["num_classes"]:
-            names = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(config["num_classes"])]
-            if names != [f"LABEL_{i}" for i in range(config["num_classes"])]:
-                config["class_names"] = names
         return config
 
     @property
@@ -234,12 +199,67 @@ class BertClassifier(Task):
         backbone = getattr(self, "backbone", None)
         return backbone is None or families.get(backbone.family).classifier_head is None
 
-    @classmethod
-    def _hf_output_name(cls, family):
-        return families.get(family).classifier_output
-
 
 def _check_threshold(threshold):
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
         raise ValueError(f"threshold={threshold!r}: a probability strictly between 0 and 1, e.g. 0.5.")
     return threshold
+
+
+def check_classes(num_classes, class_names):
+    """`(num_classes, class_names)` of a classifier of texts or of tokens:
+    a positive int, and a list of as many distinct names (or None);
+    refused otherwise, saying what to pass."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
+        raise ValueError(
+            f"num_classes={num_classes!r} ({type(num_classes).__name__}): give the number of classes "
+            "as a positive int, e.g. num_classes=2."
+        )
+    num_classes = int(num_classes)
+    if class_names is None:
+        return num_classes, None
+    if len(class_names) != num_classes:
+        raise ValueError(f"Got {len(class_names)} class_names for num_classes={num_classes}.")
+    repeated = [n for i, n in enumerate(class_names) if n in class_names[:i]]
+    if repeated:
+        # A label is looked up by its name: a repeated one would map to
+        # one class only, and the other would never be trained.
+        raise ValueError(f"class_names={list(class_names)!r} names {repeated[0]!r} more than once; "
+                         "give each class its own name.")
+    return num_classes, list(class_names)
+
+
+def classifier_logits(backbone, features, num_classes, dropout=None, family_head=None):
+    """The classification head on `features` (a pooled vector, or every
+    token's): dropout and a dense layer giving `num_classes` float32 logits,
+    after the family's own dense layer where it has one (`family_head`, its
+    `CLASSIFIER_HEAD`: RoBERTa's, ELECTRA's, DistilBERT's). `dropout`: the
+    rate, `None` for the backbone's (as transformers' `classifier_dropout=None`).
+    The layers' names are those the Hugging Face tables read (`logits`,
+    `classifier_dense`)."""
+    rate = backbone.dropout if dropout is None else dropout
+    if family_head is not None:
+        if family_head["dropout_first"]:
+            features = Dropout(rate, name="classifier_dense_dropout")(features)
+        features = keras.layers.Dense(backbone.hidden_dim, activation=family_head["activation"],
+                                      kernel_initializer=head_initializer(), dtype="float32",
+                                      name="classifier_dense")(features)
+    features = Dropout(rate, name="classifier_dropout")(features)
+    return keras.layers.Dense(num_classes, kernel_initializer=head_initializer(), dtype="float32",
+                              name="logits")(features)
+
+
+def hf_labels(preset, tensors, output):
+    """`{"num_classes", "class_names"}` of a Hugging Face checkpoint whose
+    output layer is `output` (`"classifier"`, ...), read from its weights and
+    its `id2label` (transformers' unnamed `LABEL_0`, ... read as no names);
+    `{}` where the checkpoint has no such layer."""
+    if output + ".weight" not in tensors:
+        return {}
+    config = {"num_classes": tensors[output + ".weight"].shape[0]}
+    id2label = preset.config.get("id2label")
+    if id2label and len(id2label) == config["num_classes"]:
+        names = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(config["num_classes"])]
+        if names != [f"LABEL_{i}" for i in range(config["num_classes"])]:
+            config["class_names"] = names
+    return config

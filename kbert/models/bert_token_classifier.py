@@ -5,14 +5,19 @@ import keras
 from kbert import text
 from kbert.families import tables
 from kbert.models import task_answers, task_inputs
-from kbert.models.bert_classifier import BertClassifier
+from kbert.models.bert_classifier import check_classes, classifier_logits, hf_labels
+from kbert.models.task import Task
 from kbert.text import token_classification as tc
-from kbert.text.classifier_labels import SINGLE_LABEL, class_names
+from kbert.text.classifier_labels import class_names
 from kbert.tf_if_present import tf
+
+# BertClassifier's settings of whole texts' answers (several labels, scores),
+# which a token classifier has none of: each word gets the most likely tag.
+TEXT_CLASSIFIER_ARGUMENTS = ("problem_type", "threshold", "score_activation")
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertTokenClassifier(BertClassifier):
+class BertTokenClassifier(Task):
     """Token classification such as named entity recognition (BERT §4.3):
     each token's `sequence_output`, dropout, and one dense layer giving
     `num_classes` logits, `[batch, length, num_classes]`.
@@ -47,54 +52,56 @@ class BertTokenClassifier(BertClassifier):
     [[{'text': 'Jane Austen', 'label': 'PER', 'start': 0, 'end': 11, 'score': 0.98}, ...]]
     """
 
-    classified_output = "sequence_output"
+    head_keys = ("class_names",)
     preprocessor_cls = text.ByName("BertTokenClassifierPreprocessor")
-    takes_pairs = False
     reads_pooler = False  # as transformers' BertForTokenClassification, which has none
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=None, class_names=None,
                  length_groups=0, **kwargs):
+        given = [k for k in TEXT_CLASSIFIER_ARGUMENTS if k in kwargs]
+        if given:
+            raise TypeError(
+                f"BertTokenClassifier got {', '.join(f'{k}={kwargs[k]!r}' for k in given)}: a token classifier "
+                "gives each word one tag, the most likely of num_classes, and has no problem_type, threshold or "
+                f"score_activation (BertClassifier's settings for whole texts). Leave out {', '.join(given)}."
+            )
+        num_classes, class_names = check_classes(num_classes, class_names)
+        inputs = self.backbone_inputs(backbone)
+        # The sentence classifier's head on every token (no family's own dense
+        # layer: transformers' token classifiers have none).
+        logits = classifier_logits(backbone, backbone(inputs)["sequence_output"], num_classes, dropout)
         # Its own input pipeline (tagged words): no sorting by length.
-        super().__init__(backbone, num_classes, preprocessor=preprocessor, dropout=dropout,
-                         class_names=class_names, problem_type=SINGLE_LABEL, length_groups=length_groups, **kwargs)
+        super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor,
+                         length_groups=length_groups, **kwargs)
+        self.num_classes = num_classes
+        self.dropout = dropout
+        self.class_names = class_names
 
     def task_config(self):
-        # One tag per word: no problem type, threshold or score activation.
         return {"num_classes": self.num_classes, "dropout": self.dropout, "class_names": self.class_names}
+
+    @classmethod
+    def from_config(cls, config):
+        # kbert of 2026-12-06 (commits eca07f2 to 4ab4bb9) saved
+        # BertClassifier's settings in a token classifier's config too; they
+        # never changed its tags.
+        return super().from_config({k: v for k, v in config.items() if k not in TEXT_CLASSIFIER_ARGUMENTS})
 
     # transformers' BertForTokenClassification (RobertaFor..., ...: the same names).
     def hf_head_table(self):
         return tables.dense(self.get_layer("logits"), "classifier")
 
     @classmethod
-    def _hf_output_name(cls, family):
-        return "classifier"
-
-    @classmethod
     def hf_head_config(cls, preset, tensors):
-        config = super().hf_head_config(preset, tensors)
-        return {k: v for k, v in config.items() if k in ("num_classes", "class_names")}
+        return hf_labels(preset, tensors, "classifier")
 
     def default_loss(self):
         # The mean over tagged words: tokens of weight 0 do not count.
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
 
-    def default_metrics(self):
-        return None  # accuracy is a weighted metric here
-
     def default_weighted_metrics(self):
         # Accuracy over tagged words (weight 1), not other pieces or padding.
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-
-    def classify(self, *args, **kwargs):
-        """Not for a token classifier: it labels each word, not each text.
-        Refused, pointing to `tags` (each word's tag) and `entities`, rather
-        than a second way to get the same per-word answers."""
-        raise TypeError(
-            "BertTokenClassifier labels each word, not each text, so it has no classify: call "
-            "model.tags(texts) for each word's tag and probability, or model.entities(texts) for the "
-            "entities (PER, LOC, ...) in each text."
-        )
 
     def tags(self, texts, batch_size=32):
         """Each word's tag and its probability.

@@ -1,4 +1,6 @@
+import json
 import os
+import zipfile
 
 import keras
 import numpy as np
@@ -14,7 +16,7 @@ from kbert.models import BertTokenClassifier
 from kbert.text.conll import read_conll
 from kbert.text.token_classification import bio_entities as grouped, pack_words, token_labels
 from kbert.text import BertPreprocessor
-from tests.helpers import random_inputs, to_numpy
+from tests.helpers import random_inputs, rebuilt_from_config, to_numpy
 from tests.presets.test_huggingface_import import save_random_checkpoint
 
 WNUT = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "data", "wnut16", "train.conll")
@@ -31,10 +33,13 @@ def preprocessor(minilm_dir):
     return BertPreprocessor.from_preset(minilm_dir, sequence_length=48)
 
 
+def tiny_backbone():
+    return kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
+                              intermediate_dim=64, max_sequence_length=128, dropout=0.0)
+
+
 def tiny_tagger(preprocessor, num_classes=len(TAGS), class_names=TAGS):
-    backbone = kbert.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32,
-                                  intermediate_dim=64, max_sequence_length=128, dropout=0.0)
-    return BertTokenClassifier(backbone, num_classes=num_classes, preprocessor=preprocessor,
+    return BertTokenClassifier(tiny_backbone(), num_classes=num_classes, preprocessor=preprocessor,
                                class_names=class_names)
 
 
@@ -182,10 +187,53 @@ def test_tags_of_a_text_split_where_berts_pre_tokenizer_splits(preprocessor):
     assert model.tags([["Jane", "Austen"]])[0] == [("Jane", "B-PER", tagged[0][2]), ("Austen", "B-PER", tagged[0][2])]
 
 
-def test_classify_points_to_tags_and_entities(preprocessor):
+def test_a_token_classifier_has_none_of_the_text_classifiers_answers(preprocessor):
     model = tiny_tagger(preprocessor)
-    with pytest.raises(TypeError, match=r"labels each word.*model\.tags\(texts\).*model\.entities\(texts\)"):
-        model.classify(["Jane lived in Bath."])
+    for name in ("classify", "scores", "rank"):
+        assert not hasattr(model, name), name  # tags and entities answer per word
+    assert not isinstance(model, kbert.BertClassifier)
+
+
+@pytest.mark.parametrize("argument", [dict(threshold=0.9), dict(problem_type="multi_label_classification"),
+                                      dict(score_activation="sigmoid")], ids=lambda a: next(iter(a)))
+def test_the_text_classifiers_settings_are_refused_naming_them(argument, minilm_dir):
+    [name] = argument
+    with pytest.raises(TypeError, match=rf"got {name}=.*one tag.*Leave out {name}\."):
+        kbert.BertTokenClassifier(tiny_backbone(), 5, **argument)
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument\(s\): {name}\."):
+        BertTokenClassifier.from_preset(minilm_dir, num_classes=5, **argument)
+
+
+def test_get_config_holds_the_constructors_arguments_and_rebuilds_the_model():
+    model = BertTokenClassifier(tiny_backbone(), 5, dropout=0.2, class_names=TAGS, length_groups=3)
+    config = model.get_config()
+    assert {k for k in config if k not in ("name", "trainable", "backbone", "preprocessor")} == {
+        "num_classes", "dropout", "class_names", "input_padding", "length_groups"}
+    inputs = random_inputs(2, 6, 120)
+    for rebuilt in rebuilt_from_config(model):
+        rebuilt.set_weights(model.get_weights())
+        assert rebuilt.get_config() == config
+        np.testing.assert_allclose(to_numpy(rebuilt(inputs)), to_numpy(model(inputs)), atol=1e-6)
+
+
+def test_a_file_saved_with_the_classifiers_settings_in_its_config_loads(tmp_path):
+    # kbert of 2026-12-06 (eca07f2 to 4ab4bb9) wrote BertClassifier's settings,
+    # at their defaults, into a token classifier's config.
+    model = BertTokenClassifier(tiny_backbone(), 5, class_names=TAGS)
+    path = str(tmp_path / "tagger.keras")
+    model.save(path)
+    with zipfile.ZipFile(path) as f:
+        files = {name: f.read(name) for name in f.namelist()}
+    saved = json.loads(files["config.json"])
+    saved["config"].update(problem_type="single_label_classification", threshold=0.5, score_activation=None)
+    files["config.json"] = json.dumps(saved).encode()
+    with zipfile.ZipFile(path, "w") as f:
+        for name, data in files.items():
+            f.writestr(name, data)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_config() == model.get_config()
+    inputs = random_inputs(2, 6, 120)
+    np.testing.assert_allclose(to_numpy(loaded(inputs)), to_numpy(model(inputs)), atol=1e-6)
 
 
 def test_predict_returns_the_logits_of_every_token(preprocessor):
