@@ -17,7 +17,6 @@ time goes: docs/benchmarks.md, Tokenization.)
 """
 
 import os
-import weakref
 
 from kbert.presets import files
 from kbert.presets.byte_pair_files import parse_merge, read_merges, read_preset, read_vocabulary, write_preset
@@ -51,12 +50,9 @@ class _Vocabulary:
         self.merges = tuple(merges)
 
 
-_SHARED = weakref.WeakValueDictionary()
-
-
 class _Tokenization:
     """The traced tokenization of one vocabulary and set of settings, shared
-    by every tokenizer with them (as `BertTokenizer`'s is)."""
+    by every tokenizer with them (`kbert.text.tokenizer_base._SHARED`)."""
 
     def __init__(self, tokens, merges, add_prefix_space, trim_offsets, lstrip_tokens, rstrip_tokens):
         self.vocabulary = vocabulary = _Vocabulary(tokens, merges)
@@ -67,11 +63,11 @@ class _Tokenization:
                     raise ValueError(f'The merge "{left} {right}" uses "{token}", which is not in the vocabulary; '
                                      "the vocabulary and merges must come from one trained tokenizer.")
         self.merges = byte_pair.Merges(vocabulary.ids, merges, _BYTE_CHARS)
-        self.specials = [t for t in SPECIAL_TOKENS if t in vocabulary.ids]
+        self.special_tokens = [t for t in SPECIAL_TOKENS if t in vocabulary.ids]
         # Words that BPE makes a single token, looked up rather than merged:
         # the tokens whose own bytes the merges make that token.
         candidates = [(i, raw) for i, raw in enumerate(map(_token_bytes, vocabulary.tokens))
-                      if raw is not None and vocabulary.tokens[i] not in self.specials]
+                      if raw is not None and vocabulary.tokens[i] not in self.special_tokens]
         words, word_ids = [], []
         if candidates:
             with tf.init_scope():  # (eagerly, even where a graph builds the tokenizer)
@@ -87,7 +83,7 @@ class _Tokenization:
         self.special_patterns = [
             (f"{space}*" if t in lstrip_tokens else "") + any_of_pattern([t]) + (f"{space}*" if t in rstrip_tokens
                                                                              else "")
-            for t in self.specials]
+            for t in self.special_tokens]
         self.token_bytes = tf.constant([len(_token_bytes(t) or t.encode()) for t in vocabulary.tokens], tf.int64)
         self.leading_spaces = tf.constant([len(t) - len(t.lstrip(_SPACE)) for t in vocabulary.tokens], tf.int64)
         self.trailing_spaces = tf.constant([len(t) - len(t.rstrip(_SPACE)) for t in vocabulary.tokens], tf.int64)
@@ -108,7 +104,7 @@ class _Tokenization:
         segments, segment_starts, segment_ends = self._split_special_tokens(texts)
         flat = segments.flat_values
         special_id = tf.fill(tf.shape(flat), tf.constant(-1, tf.int64))
-        for token, pattern in zip(self.specials, self.special_patterns):
+        for token, pattern in zip(self.special_tokens, self.special_patterns):
             special_id = tf.where(tf.strings.regex_full_match(flat, pattern),
                                   tf.constant(self.vocabulary.ids[token], tf.int64), special_id)
         is_special = special_id >= 0
@@ -153,7 +149,7 @@ class _Tokenization:
         return (ids, *(ids.with_flat_values(values) for values in (piece_starts, piece_ends)))
 
     def _split_special_tokens(self, texts):
-        if not self.specials:
+        if not self.special_tokens:
             zeros = tf.zeros(tf.shape(texts), tf.int64)
             ends = tf.cast(tf.strings.length(texts), tf.int64)
             return tuple(tf.RaggedTensor.from_tensor(t[:, None]) for t in (texts, zeros, ends))
@@ -236,13 +232,8 @@ class BytePairTokenizer(Tokenizer):
         self.trim_offsets = bool(trim_offsets)
         self.lstrip_tokens = tuple(lstrip_tokens)
         self.rstrip_tokens = tuple(rstrip_tokens)
-        settings = (tuple(vocabulary), tuple(merges), self.add_prefix_space, self.trim_offsets,
-                    self.lstrip_tokens, self.rstrip_tokens)
-        self._tokenization = _SHARED.get(settings)
-        if self._tokenization is None:
-            self._tokenization = _SHARED[settings] = _Tokenization(*settings)
-        self._vocabulary = self._tokenization.vocabulary
-        self._tokens = tf.constant(vocabulary)
+        self._share_tokenization(_Tokenization, (tuple(vocabulary), tuple(merges), self.add_prefix_space,
+                                                 self.trim_offsets, self.lstrip_tokens, self.rstrip_tokens))
         # The hash tables are resources: a SavedModel holds those its modules track.
         self._tables = [self._tokenization.single_tokens, self._tokenization.merges.pair_table]
 
@@ -300,35 +291,16 @@ class BytePairTokenizer(Tokenizer):
         """
         return self._tokenization.tokenize_with_byte_spans(tf.convert_to_tensor(texts, tf.string))
 
-    def detokenize(self, ids):
-        """Turns ids back into text, as Hugging Face's `decode` does (bytes
-        that are not UTF-8 become U+FFFD).
-
-        Args:
-            ids: int ids, 1-D for one text or ragged/dense 2-D for a batch.
-
-        Returns:
-            A string tensor with one dimension fewer than `ids`.
-        """
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.convert_to_tensor(ids)
-        text = tf.strings.reduce_join(tf.gather(self._tokens, ids), axis=-1)
-        chars = tf.strings.unicode_decode(text, "UTF-8")
+    def _join_tokens(self, tokens):
+        """The bytes the tokens stand for, as Hugging Face's `decode` gives
+        them (bytes that are not UTF-8 become U+FFFD)."""
+        chars = tf.strings.unicode_decode(tf.strings.reduce_join(tokens, axis=-1), "UTF-8")
         raw = tf.ragged.map_flat_values(_char_bytes, chars)
         return tf.strings.unicode_transcode(tf.strings.reduce_join(raw, axis=-1), "UTF-8", "UTF-8",
                                             errors="replace", replacement_char=0xFFFD)
 
-    @property
-    def special_tokens(self):
-        return tuple(self._tokenization.specials)
-
-    @property
-    def continuation_token_ids(self):
-        """Ids of the pieces that continue a word: those not starting with a space (Ġ)."""
-        return [i for i, t in enumerate(self._vocabulary.tokens)
-                if t not in self._tokenization.specials and not t.startswith(_SPACE)]
-
-
+    def _continues_word(self, token):
+        return not token.startswith(_SPACE)
 
 
 # Each character of a byte-level token back to its byte; a character past

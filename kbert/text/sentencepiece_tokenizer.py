@@ -15,7 +15,6 @@ put in `tokenizers`' order, and the spans moved to its offsets.
 
 import base64
 import os
-import weakref
 
 from kbert.presets.files import get_preset_dir
 from kbert.text import sentencepiece_model
@@ -43,7 +42,7 @@ class _Vocabulary:
 
 class _Tokenization:
     """The SentencePiece model and traced tokenization of one vocabulary,
-    shared by every tokenizer with it (see `kbert.text.tokenizer._SHARED`)."""
+    shared by every tokenizer with it (`kbert.text.tokenizer_base._SHARED`)."""
 
     def __init__(self, pieces, unk_id, special_tokens, precompiled_charsmap, lstrip_tokens):
         self.vocabulary = _Vocabulary(pieces)
@@ -51,8 +50,9 @@ class _Tokenization:
             pieces, unk_id, special_tokens, precompiled_charsmap
         )
         self.model = tf_text.SentencepieceTokenizer(model=proto, out_type=tf.int32)
+        self.special_tokens = special_tokens
         self.special_ids = tf.constant([ids[t] for t in special_tokens] or [0], tf.int32)
-        self.special_tokens = tf.constant(list(special_tokens) or [""])
+        self.special_strings = tf.constant(list(special_tokens) or [""])
         # A token of `lstrip_tokens` takes the whitespace before it (XLM-R's <mask>).
         self.whitespace = character_class(WHITE_SPACE)
         self.special_pattern = "|".join(
@@ -152,7 +152,7 @@ class _Tokenization:
         sections, section_starts, _ = regex_split_with_offsets(texts, self.special_pattern, self.special_pattern)
         flat = sections.flat_values
         token = tf.strings.regex_replace(flat, f"^{self.whitespace}+", "")
-        is_token = tf.equal(token[:, None], self.special_tokens[None, :])  # [sections, special tokens]
+        is_token = tf.equal(token[:, None], self.special_strings[None, :])  # [sections, special tokens]
         is_special = tf.reduce_any(is_token, axis=1)
         special_id = tf.gather(self.special_ids, tf.argmax(tf.cast(is_token, tf.int32), 1))
 
@@ -184,9 +184,6 @@ def _map_rows_of_tuples(condition, if_true, if_false):
     return tuple(
         tf.gather(tf.concat([a, b], axis=0), order) for a, b in zip(if_true(true_rows), if_false(false_rows))
     )
-
-
-_SHARED = weakref.WeakValueDictionary()
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -233,17 +230,13 @@ class SentencePieceTokenizer(Tokenizer):
                 "vocabulary with SentencePieceTokenizer.from_preset."
             )
         self._unk_id = unk_id
-        self.special_tokens = tuple(special_tokens)
         self.precompiled_charsmap = precompiled_charsmap
         self.lstrip_tokens = tuple(lstrip_tokens)
-        settings = (pieces, unk_id, self.special_tokens, precompiled_charsmap, self.lstrip_tokens)
-        self._tokenization = _SHARED.get(settings)
-        if self._tokenization is None:
-            self._tokenization = _SHARED[settings] = _Tokenization(*settings)
+        self._share_tokenization(
+            _Tokenization, (pieces, unk_id, tuple(special_tokens), precompiled_charsmap, self.lstrip_tokens)
+        )
         # Tracked, so that a SavedModel holds the SentencePiece model.
         self._model = self._tokenization.model
-        self._vocabulary = self._tokenization.vocabulary
-        self._token_table = tf.constant(tokens)
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
@@ -294,28 +287,14 @@ class SentencePieceTokenizer(Tokenizer):
         ids, starts, ends = self._tokenization.tokenize_with_offsets(tf.convert_to_tensor(texts, tf.string))
         return ids, tf.cast(starts, tf.int64), tf.cast(ends, tf.int64)
 
-    def detokenize(self, ids):
-        """Turns ids back into text as Hugging Face's `decode` does: pieces
-        joined, each "▁" a space, the first one dropped.
-
-        Args:
-            ids: int ids, 1-D for one text or ragged/dense 2-D for a batch.
-
-        Returns:
-            A string tensor with one dimension fewer than `ids`.
-        """
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.convert_to_tensor(ids)
-        text = tf.strings.reduce_join(tf.gather(self._token_table, ids), axis=-1)
+    def _join_tokens(self, tokens):
+        """Pieces joined, each "▁" a space, the first one dropped (Hugging
+        Face's `decode`)."""
+        text = tf.strings.reduce_join(tokens, axis=-1)
         return tf.strings.regex_replace(tf.strings.regex_replace(text, WORD_START, " "), "^ ", "")
 
-    @property
-    def continuation_token_ids(self):
-        """Ids of the pieces that continue a word (no leading "▁"), special
-        tokens left out: for whole-word masking and word starts."""
-        specials = set(self.special_tokens)
-        tokens = self._vocabulary.tokens
-        return [i for i, t in enumerate(tokens) if not t.startswith(WORD_START) and t not in specials]
+    def _continues_word(self, token):
+        return not token.startswith(WORD_START)
 
     @property
     def unk_id(self):

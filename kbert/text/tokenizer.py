@@ -13,7 +13,6 @@ vocabulary (`vocab.txt`) and the tokenizer's preset files.
 """
 
 import os
-import weakref
 
 from kbert.presets import tokenizer_files
 from kbert.presets.files import get_preset_dir
@@ -71,14 +70,6 @@ def _map_rows(condition, if_true, if_false):
     false_rows = tf.where(~condition)[:, 0]
     results = tf.concat([if_true(true_rows), if_false(false_rows)], axis=0)
     return tf.gather(results, tf.math.invert_permutation(tf.concat([true_rows, false_rows], 0)))
-
-
-# Tokenizers of one vocabulary and settings share their traced tokenization
-# (and WordPiece model), alive while one of them is: a notebook that builds
-# several models from one preset traces it once. TensorFlow counts the traces
-# of every copy of a `tf.function` together, so one per tokenizer warned of
-# "retracing" from the fifth on.
-_SHARED = weakref.WeakValueDictionary()
 
 
 class _Tokenization:
@@ -214,12 +205,9 @@ class BertTokenizer(Tokenizer):
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.split_special_tokens = split_special_tokens
-        settings = (tuple(vocabulary), lowercase, strip_accents, tokenize_chinese_chars, split_special_tokens)
-        self._tokenization = _SHARED.get(settings)
-        if self._tokenization is None:
-            self._tokenization = _SHARED[settings] = _Tokenization(*settings)
-        self._vocabulary = self._tokenization.vocabulary
-        self._tokens = tf.constant(vocabulary)
+        self._share_tokenization(
+            _Tokenization, (tuple(vocabulary), lowercase, strip_accents, tokenize_chinese_chars, split_special_tokens)
+        )
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
@@ -267,22 +255,10 @@ class BertTokenizer(Tokenizer):
         byte span in the text (`kbert.text.offsets.tokenize_with_byte_spans`)."""
         return offsets.tokenize_with_byte_spans(self, texts)
 
-    def detokenize(self, ids):
-        """Turns ids back into text: tokens joined by spaces, `##` pieces merged.
-
-        Args:
-            ids: int ids, 1-D for one text or ragged/dense 2-D for a batch.
-
-        Returns:
-            A string tensor with one dimension fewer than `ids`.
-        """
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.convert_to_tensor(ids)
-        tokens = tf.gather(self._tokens, ids)
+    def _join_tokens(self, tokens):
+        """Tokens joined by spaces, `##` pieces merged."""
         text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
         return tf.strings.regex_replace(text, " " + SUFFIX_INDICATOR, "")
 
-    @property
-    def continuation_token_ids(self):
-        """The ids of the pieces that continue a word (`##` pieces)."""
-        return [i for i, token in enumerate(self._vocabulary.tokens) if token.startswith(SUFFIX_INDICATOR)]
+    def _continues_word(self, token):
+        return token.startswith(SUFFIX_INDICATOR)

@@ -2,7 +2,17 @@
 offsets and serving use, whatever the algorithm (`BertTokenizer`'s WordPiece,
 `BytePairTokenizer`'s byte-level BPE, `SentencePieceTokenizer`'s unigram)."""
 
+import weakref
+
 from kbert.tf_if_present import tf
+
+# Tokenizers of one class, vocabulary and settings share their tokenization
+# (its traced functions, and the WordPiece or SentencePiece model or BPE
+# tables it holds), alive while one of them is: a notebook that builds
+# several models from one preset traces it once. TensorFlow counts the traces
+# of every copy of a `tf.function` together, so one per tokenizer warned of
+# "retracing" from the fifth on.
+_SHARED = weakref.WeakValueDictionary()
 
 
 class Vocabulary:
@@ -18,14 +28,30 @@ class Vocabulary:
 
 
 class Tokenizer(tf.Module):
-    """A tokenizer's shared part. A subclass sets `_tokenization` (whose
-    `tokenize` takes a 1-D string tensor and gives ragged ids) and
-    `_vocabulary` (a `Vocabulary`), and names its special tokens (`PAD`,
-    `UNK`, `CLS`, `SEP`, `MASK`) and how pairs are packed (`pair_layout`,
-    `kbert.text.packing`)."""
+    """A tokenizer's shared part. A subclass's constructor calls
+    `_share_tokenization` with its tokenization class, an object built from
+    the vocabulary and settings that holds `tokenize` (a 1-D string tensor to
+    ragged ids), `vocabulary` (a `Vocabulary`, or one like it) and
+    `special_tokens` (the vocabulary's special tokens, in a tuple). The
+    subclass names its special tokens (`PAD`, `UNK`, `CLS`, `SEP`, `MASK`)
+    and how pairs are packed (`pair_layout`, `kbert.text.packing`), and says
+    how tokens join into text (`_join_tokens`) and which continue a word
+    (`_continues_word`)."""
 
     PAD = UNK = CLS = SEP = MASK = None
     pair_layout = "one_separator"
+
+    def _share_tokenization(self, tokenization_class, settings):
+        """Uses the `tokenization_class(*settings)` of every tokenizer with
+        these settings, built here if none is alive."""
+        key = (tokenization_class, settings)
+        tokenization = _SHARED.get(key)
+        if tokenization is None:
+            tokenization = _SHARED[key] = tokenization_class(*settings)
+        self._tokenization = tokenization
+        self._vocabulary = tokenization.vocabulary
+        # Each id's token, for `detokenize`.
+        self._tokens = tf.constant(self._vocabulary.tokens)
 
     @classmethod
     def from_config(cls, config):
@@ -59,6 +85,46 @@ class Tokenizer(tf.Module):
         each word tokenized as the start of a word (`[batch, (words),
         (ids)]`): as Hugging Face's tokenizers take `is_split_into_words`."""
         return self(words)
+
+    def detokenize(self, ids):
+        """Turns ids back into text, the ids' tokens joined as the
+        tokenizer's decoder joins them (WordPiece: by spaces, `##` pieces
+        merged; SentencePiece: each "▁" a space, the first dropped;
+        byte-level BPE: as bytes, those that are not UTF-8 U+FFFD).
+
+        Args:
+            ids: int ids, 1-D for one text or ragged/dense 2-D for a batch.
+
+        Returns:
+            A string tensor with one dimension fewer than `ids`.
+        """
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+        return self._join_tokens(tf.gather(self._tokens, ids))
+
+    def _join_tokens(self, tokens):
+        """The text of each row of token strings (`[..., (tokens)]`, the
+        last axis joined)."""
+        raise NotImplementedError
+
+    @property
+    def special_tokens(self):
+        """The vocabulary's special tokens (`"[CLS]"`, `"<mask>"` ...), which
+        a text may hold as written."""
+        return tuple(self._tokenization.special_tokens)
+
+    @property
+    def continuation_token_ids(self):
+        """Ids of the pieces that continue a word (WordPiece's `##` pieces;
+        byte-level BPE's without a leading "Ġ", SentencePiece's without "▁"),
+        special tokens left out: for whole-word masking and word starts."""
+        specials = set(self.special_tokens)
+        return [i for i, token in enumerate(self._vocabulary.tokens)
+                if token not in specials and self._continues_word(token)]
+
+    def _continues_word(self, token):
+        """Whether `token` (not a special token) continues a word."""
+        raise NotImplementedError
 
     @property
     def vocabulary(self):

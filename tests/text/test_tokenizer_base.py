@@ -1,0 +1,57 @@
+"""What the three tokenizers share (`kbert.text.tokenizer_base.Tokenizer`):
+one tokenization per class and settings, `detokenize` on any shape of ids,
+the special tokens and the pieces that continue a word."""
+
+import logging
+
+import pytest
+import tensorflow as tf
+
+from kbert.text import BertTokenizer, BytePairTokenizer, SentencePieceTokenizer
+
+WORDPIECE = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "qu", "##ick", "fox", "."]
+BYTE_PAIR = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", "a", "b", "Ġ", "ab", "Ġab"], ["a b", "Ġ ab"]
+SENTENCEPIECE = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁the", -1.0), ("▁qu", -2.0),
+                 ("ick", -2.0), ("▁fox", -2.0), (".", -3.0), ("<mask>", 0.0)]
+TOKENIZERS = {
+    "wordpiece": (lambda: BertTokenizer(WORDPIECE), "the quick fox.", "the quick fox ."),
+    "byte_pair": (lambda: BytePairTokenizer(*BYTE_PAIR), "ab ab", "ab ab"),
+    "sentencepiece": (lambda: SentencePieceTokenizer(SENTENCEPIECE), "the quick fox.", "the quick fox."),
+}
+
+
+@pytest.mark.parametrize("kind", TOKENIZERS)
+def test_tokenizers_of_one_class_and_settings_trace_once_and_warn_of_no_retracing(kind):
+    build, text, _ = TOKENIZERS[kind]
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logging.getLogger("tensorflow").addHandler(handler)
+    try:
+        tokenizers = [build() for _ in range(6)]
+        ids = [tokenizer([text, text + text]).to_list() for tokenizer in tokenizers]
+    finally:
+        logging.getLogger("tensorflow").removeHandler(handler)
+    assert not [m for m in messages if "retracing" in m]
+    assert ids == ids[:1] * 6
+
+
+@pytest.mark.parametrize("kind", TOKENIZERS)
+def test_detokenize_takes_one_text_a_list_a_dense_or_a_ragged_batch(kind):
+    build, text, decoded = TOKENIZERS[kind]
+    tokenizer = build()
+    ids = tokenizer(text).numpy().tolist()
+    assert tokenizer.detokenize(ids).numpy().decode() == decoded
+    for batch in ([ids, ids], tf.constant([ids, ids]), tf.ragged.constant([ids, ids[:1]])):
+        texts = [t.decode() for t in tokenizer.detokenize(batch).numpy().tolist()]
+        assert texts[0] == decoded and len(texts) == 2
+
+
+def test_special_tokens_and_continuation_ids_of_each_tokenizer():
+    wordpiece, byte_pair, sentencepiece = (build() for build, _, _ in TOKENIZERS.values())
+    assert wordpiece.special_tokens == ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+    assert wordpiece.continuation_token_ids == [7]  # ##ick
+    assert byte_pair.special_tokens == ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+    assert byte_pair.continuation_token_ids == [5, 6, 8]  # a, b, ab: no leading Ġ
+    assert sentencepiece.special_tokens == ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+    assert sentencepiece.continuation_token_ids == [6, 8]  # ick, .: no leading ▁
