@@ -13,7 +13,6 @@ own `tokenizer.json` says it lstrips).
 Written: all five files, saying the same thing.
 """
 
-import json
 import os
 
 from kbert.presets import files
@@ -27,8 +26,7 @@ SPECIAL_TOKEN_NAMES = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<u
 
 def read_vocabulary(path):
     """The tokens of a `vocab.json` (token -> id), as a list indexed by id."""
-    with open(path, encoding="utf-8") as f:
-        return _tokens_by_id(json.load(f), path)
+    return _tokens_by_id(files.load_json(os.path.dirname(path), os.path.basename(path)), path)
 
 
 def read_merges(path):
@@ -46,8 +44,16 @@ def parse_merge(merge, path):
 
 
 def _tokens_by_id(ids, path):
+    """The tokens of a vocabulary as `vocab.json` and `tokenizer.json` hold
+    it (an object of token -> id), as a list indexed by id."""
+    if not isinstance(ids, dict):
+        raise ValueError(f'{path} has a vocabulary that is not an object of token -> id ({{"<s>": 0, ...}}). '
+                         f"{files.how_to_replace(path)}")
     tokens = [None] * len(ids)
     for token, i in ids.items():
+        if type(i) is not int:
+            raise ValueError(f"{path} gives the token {token!r} the id {i!r}; ids are integers, 0 to {len(ids) - 1}. "
+                             f"{files.how_to_replace(path)}")
         if not 0 <= i < len(ids) or tokens[i] is not None:
             raise ValueError(f"{path} has a vocabulary whose ids are not 0 to {len(ids) - 1} once each; fix the file.")
         tokens[i] = token

@@ -120,8 +120,14 @@ def _wordpiece_vocabulary(tokenizer, path):
         raise ValueError(f"{path} describes a {model.get('type')} tokenizer; kbert reads BERT's WordPiece with "
                          "## continuations.")
     ids = model.get("vocab") or {}
+    if not isinstance(ids, dict):
+        raise ValueError(f'{path} has a WordPiece vocabulary (model.vocab) that is not an object of token -> id '
+                         f'({{"[PAD]": 0, ...}}). {files.how_to_replace(path)}')
     vocabulary = [None] * len(ids)
     for token, i in ids.items():
+        if type(i) is not int:
+            raise ValueError(f"{path} gives the WordPiece token {token!r} the id {i!r}; ids are integers, 0 to "
+                             f"{len(ids) - 1}. {files.how_to_replace(path)}")
         if not 0 <= i < len(ids) or vocabulary[i] is not None:
             vocabulary = [None]
             break

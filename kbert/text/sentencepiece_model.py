@@ -81,15 +81,19 @@ def _fields(data):
             length, position = _read_varint(data, position)
             value, position = data[position : position + length], position + length
         elif wire_type == 5:
-            value, position = struct.unpack("<f", data[position : position + 4])[0], position + 4
+            value, position = data[position : position + 4], position + 4
         else:
             raise ValueError(f"Not a SentencePiece model: protobuf wire type {wire_type} is unexpected.")
-        yield number, value
+        if position > len(data):
+            raise ValueError(_CUT_SHORT)
+        yield number, struct.unpack("<f", value)[0] if wire_type == 5 else value
 
 
 def _read_varint(data, position):
     value = shift = 0
     while True:
+        if position >= len(data):
+            raise ValueError(_CUT_SHORT)
         byte = data[position]
         value |= (byte & 0x7F) << shift
         position, shift = position + 1, shift + 7
@@ -137,13 +141,21 @@ def runnable_model_proto(pieces, unk_id, special_tokens, precompiled_charsmap):
     return model_proto(once, types, base64.b64decode(precompiled_charsmap)), ids, types
 
 
+_REPLACE = "Replace it with the file from the checkpoint it belongs to."
+_CUT_SHORT = f"The SentencePiece model ends inside a field: the file is cut short. {_REPLACE}"
+
+
 def read_model_proto(data):
     """`(pieces, types, precompiled_charsmap, add_dummy_prefix)` of a serialized `ModelProto`."""
     pieces, types, charsmap, add_dummy_prefix = [], [], b"", True
+    normalized = False
     for number, value in _fields(data):
         if number == 1:
             piece = dict(_fields(value))
-            pieces.append((piece.get(1, b"").decode("utf-8"), piece.get(2, 0.0)))
+            try:
+                pieces.append((piece.get(1, b"").decode("utf-8"), piece.get(2, 0.0)))
+            except UnicodeDecodeError:
+                raise ValueError(f"Piece {len(pieces)} of the SentencePiece model is not UTF-8. {_REPLACE}") from None
             types.append(piece.get(3, NORMAL))
         elif number == 2 and dict(_fields(value)).get(3, UNIGRAM) != UNIGRAM:
             raise ValueError(
@@ -155,6 +167,13 @@ def read_model_proto(data):
             normalizer = dict(_fields(value))
             charsmap = normalizer.get(2, b"")
             add_dummy_prefix = bool(normalizer.get(3, True))
+            normalized = True
+    if not data:
+        raise ValueError(f"The file is empty; a SentencePiece model holds its pieces. {_REPLACE}")
+    # SentencePiece writes the pieces first, its normalizer spec after them.
+    if not (pieces and normalized):
+        raise ValueError(f"The SentencePiece model ends after {len(pieces)} pieces, before its normalizer spec: "
+                         f"the file is cut short. {_REPLACE}")
     return pieces, types, charsmap, add_dummy_prefix
 
 
@@ -191,7 +210,12 @@ def read_model(folder):
     json_path = os.path.join(folder, TOKENIZER_JSON)
     if os.path.isfile(json_path):
         with open(json_path, encoding="utf-8") as f:
-            return _read_tokenizer_json(json.load(f), json_path)
+            try:
+                config = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{json_path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}). "
+                                 f"{_REPLACE}") from None
+        return _read_tokenizer_json(config, json_path)
     sp_path = os.path.join(folder, SENTENCEPIECE_FILE)
     if not os.path.isfile(sp_path):
         raise FileNotFoundError(
@@ -201,7 +225,11 @@ def read_model(folder):
             "SentencePieceTokenizer.save_to_preset."
         )
     with open(sp_path, "rb") as f:
-        sp_pieces, _, charsmap, add_dummy_prefix = read_model_proto(f.read())
+        data = f.read()
+    try:
+        sp_pieces, _, charsmap, add_dummy_prefix = read_model_proto(data)
+    except ValueError as e:
+        raise ValueError(f"{sp_path} cannot be read. {e}") from None
     tokenizer_config = {}
     config_path = os.path.join(folder, "tokenizer_config.json")
     if os.path.isfile(config_path):
@@ -242,8 +270,16 @@ def _read_tokenizer_json(config, path):
             f"{path} adds no prefix space (Metaspace prepend_scheme='never'), which SentencePiece "
             "models cannot reproduce; save the tokenizer with add_prefix_space=True."
         )
+    vocab = model.get("vocab")
+    if not isinstance(vocab, list) or not all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], (int, float)) for p in vocab
+    ):
+        raise ValueError(
+            f'{path} has a Unigram vocabulary (model.vocab) that is not a list of [piece, score] ([["<s>", 0.0], '
+            f"...]). {_REPLACE}"
+        )
     return {
-        "pieces": [(piece, score) for piece, score in model["vocab"]],
+        "pieces": [(piece, score) for piece, score in vocab],
         "unk_id": model.get("unk_id", 0),
         "special_tokens": [token["content"] for token in config.get("added_tokens", []) if token.get("special")],
         "precompiled_charsmap": charsmap,
