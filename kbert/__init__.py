@@ -17,6 +17,7 @@ else:
 
 from kbert import layers, presets, search, serving, text, training
 from kbert.models import (
+    Backbone,
     BertBackbone,
     BertClassifier,
     BertMaskedLM,
@@ -24,12 +25,24 @@ from kbert.models import (
     BertQuestionAnswerer,
     BertTextEmbedder,
     BertTokenClassifier,
+    MaskedLM,
+    QuestionAnswerer,
+    TextClassifier,
+    TextEmbedder,
+    TokenClassifier,
 )
 from kbert.plots import plot_attention, plot_confusion_matrix, plot_history
 
 # The text names are read from kbert.text at their first use (PEP 562), so that
 # `import kbert` loads no TensorFlow on JAX and PyTorch (`kbert.tf_if_present`).
 _TEXT = (
+    "MaskedLMPreprocessor",
+    "Preprocessor",
+    "QuestionAnswererPreprocessor",
+    "TextClassifierPreprocessor",
+    "TextEmbedderPreprocessor",
+    "TokenClassifierPreprocessor",
+    "WordPieceTokenizer",
     "BertClassifierPreprocessor",
     "BertMaskedLMPreprocessor",
     "BertPreprocessor",

@@ -102,7 +102,7 @@ FAMILY = Family(
     # transformers' classes that hold the pooler (its token-level heads have none).
     pooled=("Model", "ForSequenceClassification", "ForPreTraining"),
     next_sentence=True,
-    tokenizers={"bert": "BertTokenizer"},
+    tokenizers={"bert": "WordPieceTokenizer"},
     tokenizer_files={"bert": WORDPIECE_FILES},
-    tokenizer_classes={"Bert": "BertTokenizer"},
+    tokenizer_classes={"Bert": "WordPieceTokenizer"},
 )

@@ -92,7 +92,7 @@ FAMILY = Family(
     classifier_output="classifier",
     classifier_head={"activation": "relu", "dropout_first": False},
     token_types=False,
-    tokenizers={"distilbert": "BertTokenizer"},
+    tokenizers={"distilbert": "WordPieceTokenizer"},
     tokenizer_files={"distilbert": bert.WORDPIECE_FILES},
-    tokenizer_classes={"DistilBert": "BertTokenizer"},
+    tokenizer_classes={"DistilBert": "WordPieceTokenizer"},
 )

@@ -64,7 +64,7 @@ FAMILY = Family(
     masked_lm_table=masked_lm_table,
     classifier_output="classifier.out_proj",
     classifier_head={"activation": "gelu", "dropout_first": True},
-    tokenizers={"electra": "BertTokenizer"},
+    tokenizers={"electra": "WordPieceTokenizer"},
     tokenizer_files={"electra": bert.WORDPIECE_FILES},
-    tokenizer_classes={"Electra": "BertTokenizer"},
+    tokenizer_classes={"Electra": "WordPieceTokenizer"},
 )

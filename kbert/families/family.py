@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 
 # The kbert tokenizer classes a family may name (`kbert.text`).
-TOKENIZER_CLASSES = ("BertTokenizer", "BytePairTokenizer", "SentencePieceTokenizer")
+TOKENIZER_CLASSES = ("WordPieceTokenizer", "BytePairTokenizer", "SentencePieceTokenizer")
 
 
 def _refuse(*_):

@@ -1,8 +1,11 @@
-"""BertBackbone and the task models built on it."""
+"""The backbone and the task models built on it, for every family.
 
-from kbert.models.bert_backbone import BertBackbone
-from kbert.models.bert_classifier import BertClassifier
-from kbert.models.bert_masked_lm import BertMaskedLM, BertPretrainer
-from kbert.models.bert_question_answerer import BertQuestionAnswerer
-from kbert.models.bert_text_embedder import BertTextEmbedder
-from kbert.models.bert_token_classifier import BertTokenClassifier
+Each class has the family-neutral name it is exported under first and the
+`Bert*` name of the first releases (the same class: `kbert.aliases`)."""
+
+from kbert.models.bert_backbone import Backbone, BertBackbone
+from kbert.models.bert_classifier import BertClassifier, TextClassifier
+from kbert.models.bert_masked_lm import BertMaskedLM, BertPretrainer, MaskedLM
+from kbert.models.bert_question_answerer import BertQuestionAnswerer, QuestionAnswerer
+from kbert.models.bert_text_embedder import BertTextEmbedder, TextEmbedder
+from kbert.models.bert_token_classifier import BertTokenClassifier, TokenClassifier

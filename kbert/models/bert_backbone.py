@@ -1,5 +1,6 @@
 import keras
 
+from kbert.aliases import also_named
 from kbert import families
 from kbert.layers import Dropout, LayerNorm, PositionEmbedding, TokenEmbedding, TransformerEncoder
 from kbert.models.backbone_lora import LoRA
@@ -342,6 +343,11 @@ class BertBackbone(LoRA, keras.Model):
     def export_to_transformers(self, path, dtype="float32"):
         """Writes a `transformers` `BertModel` (`RobertaModel`, ...) folder (`kbert.presets.to_transformers`)."""
         return to_transformers.export_to_transformers(self, path, dtype)
+
+# The family-neutral name (kbert.aliases). The class keeps its first name:
+# a `.keras` file stores the weights of a task's backbone under it
+# (`layers/bert_backbone/...`: Keras names a nested layer by its class).
+Backbone = also_named(BertBackbone, "Backbone")
 
 
 # Keras names a model's sublayers in weight files after their class

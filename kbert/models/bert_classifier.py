@@ -4,6 +4,7 @@ import numbers
 import keras
 import numpy as np
 
+from kbert.aliases import also_named
 from kbert import families, text
 from kbert.layers import Dropout
 from kbert.models.bert_backbone import head_initializer
@@ -13,7 +14,7 @@ from kbert.text.classifier_labels import MULTI_LABEL, PROBLEM_TYPES, REGRESSION,
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertClassifier(Task):
+class TextClassifier(Task):
     """Text or sentence-pair classification (BERT §4.1): the pooled [CLS]
     output, dropout, and one dense layer giving `num_classes` logits; also
     multi-label classification and regression (Hugging Face's
@@ -198,6 +199,9 @@ class BertClassifier(Task):
         # RoBERTa's, DistilBERT's and ELECTRA's heads have a dense layer of their own.
         backbone = getattr(self, "backbone", None)
         return backbone is None or families.get(backbone.family).classifier_head is None
+
+# The name of the first releases (kbert.aliases).
+BertClassifier = also_named(TextClassifier, "BertClassifier")
 
 
 def _check_threshold(threshold):

@@ -1,5 +1,6 @@
 import keras
 
+from kbert.aliases import also_named
 from kbert import families, text
 from kbert.layers import MaskedLMHead
 from kbert.models import task_answers
@@ -9,7 +10,7 @@ from kbert.families.tables import T
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertMaskedLM(Task):
+class MaskedLM(Task):
     """Masked language modelling (BERT §3.1, task #1): predicts the original
     WordPiece at each masked position, with the output projection tied to the
     token embedding.
@@ -111,6 +112,9 @@ class BertMaskedLM(Task):
             raise ValueError(f"No {mask} token in texts {missing[:5]} (e.g. {texts[missing[0]][:80]!r}); write {mask} "
                              "where a word should be guessed, within the first sequence_length tokens.")
         return results
+
+# The name of the first releases (kbert.aliases).
+BertMaskedLM = also_named(MaskedLM, "BertMaskedLM")
 
 
 @keras.saving.register_keras_serializable(package="kbert")

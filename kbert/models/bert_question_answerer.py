@@ -7,6 +7,7 @@ and the exported model.
 
 import keras
 
+from kbert.aliases import also_named
 from kbert import text
 from kbert.models import task_answers
 from kbert.models.bert_backbone import head_initializer
@@ -15,7 +16,7 @@ from kbert.families.tables import T
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertQuestionAnswerer(Task):
+class QuestionAnswerer(Task):
     """Extractive question answering (BERT §4.2, SQuAD): a dense layer on
     each token's `sequence_output` scores it as the answer's start and end.
 
@@ -137,3 +138,6 @@ class BertQuestionAnswerer(Task):
         rows = task_answers.answers_in_slices(self, inputs, batch_size=batch_size)
         return [{"answer": r["answer"], "start": int(r["start"]), "end": int(r["end"]), "score": float(r["score"]),
                  "null_score": float(r["null_score"])} for r in rows]
+
+# The name of the first releases (kbert.aliases).
+BertQuestionAnswerer = also_named(QuestionAnswerer, "BertQuestionAnswerer")

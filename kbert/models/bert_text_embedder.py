@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kbert.aliases import also_named
 from kbert import text
 from kbert.models import task_answers, task_inputs, task_presets
 from kbert.models.task import Task
@@ -50,7 +51,7 @@ def _pool(mode, sequence_output, mask):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertTextEmbedder(Task):
+class TextEmbedder(Task):
     """Sentence embeddings, as sentence-transformers computes them: BERT's
     final hidden states pooled (Reimers & Gurevych 2019), then any dense
     layers, then optionally L2-normalised.
@@ -336,7 +337,7 @@ class BertTextEmbedder(Task):
     def _sentence_transformers_preprocessor(settings, sequence_length, positions, transformer):
         folder = settings["transformer_folder"]
         family = transformer.backbone_config.get("family", "bert")
-        if tokenizer_files.tokenizer_class_name(folder, family) == "BertTokenizer":
+        if tokenizer_files.tokenizer_class_name(folder, family) == "WordPieceTokenizer":
             tokenizer = text.BertTokenizer(**st.tokenizer_settings(folder, settings["do_lower_case"]))
         else:
             tokenizer = task_presets.preset_tokenizer(transformer, family)
@@ -351,6 +352,9 @@ class BertTextEmbedder(Task):
         if sequence_length is None and os.path.exists(os.path.join(preset.folder, st.SENTENCE_BERT_CONFIG)):
             sequence_length = files.load_json(preset.folder, st.SENTENCE_BERT_CONFIG).get("max_seq_length")
         return super().preset_preprocessor(preset, sequence_length, backbone)
+
+# The name of the first releases (kbert.aliases).
+BertTextEmbedder = also_named(TextEmbedder, "BertTextEmbedder")
 
 
 def _check_truncate_dim(truncate_dim, dim):

@@ -2,6 +2,7 @@
 
 import keras
 
+from kbert.aliases import also_named
 from kbert import text
 from kbert.families import tables
 from kbert.models import task_answers, task_inputs
@@ -17,7 +18,7 @@ TEXT_CLASSIFIER_ARGUMENTS = ("problem_type", "threshold", "score_activation")
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertTokenClassifier(Task):
+class TokenClassifier(Task):
     """Token classification such as named entity recognition (BERT §4.3):
     each token's `sequence_output`, dropout, and one dense layer giving
     `num_classes` logits, `[batch, length, num_classes]`.
@@ -156,6 +157,9 @@ class BertTokenClassifier(Task):
                  for e, k, a, b, s in zip(r["entity"], r["entity_label"], r["entity_start"], r["entity_end"],
                                           r["entity_score"]) if k]
                 for r in rows]
+
+# The name of the first releases (kbert.aliases).
+BertTokenClassifier = also_named(TokenClassifier, "BertTokenClassifier")
 
 
 def _as_texts(texts):

@@ -3,6 +3,8 @@ that `fit`, `evaluate`, `predict` and the model's call make of strings with
 the task's preprocessor (`model.preprocessor`), padded and grouped by length
 as the model's `input_padding` and `length_groups` say."""
 
+import hashlib
+import json
 import logging
 import numbers
 import weakref
@@ -114,7 +116,10 @@ def _shared(preprocessor):
     if shared is None:
         config = preprocessor.get_config()
         config.pop("name", None)
-        settings = (type(preprocessor), frozen(config))
+        # The tokenizer by a digest of its config, not frozen item by item:
+        # its vocabulary is tens of thousands of entries.
+        tokenizer = json.dumps(config.pop("tokenizer"), sort_keys=True, default=str).encode()
+        settings = (type(preprocessor), hashlib.sha256(tokenizer).hexdigest(), frozen(config))
         shared = _BY_SETTINGS.get(settings)
         if shared is None:
             shared = _BY_SETTINGS[settings] = _Traced(preprocessor)

@@ -130,7 +130,8 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
                     else cls.preset_preprocessor(preset, sequence_length, backbone))
     if preset.kbert_layout:
         saved = preset.task
-        same_task = saved.get("class") == cls.__name__
+        # (A class saved under its first name, `BertClassifier`, is the same.)
+        same_task = keras.saving.get_registered_object(f"kbert>{saved.get('class')}") is cls
         model = cls(backbone=backbone, preprocessor=preprocessor,
                     **_head_arguments(cls, saved["config"] if same_task else {}, kwargs))
         loading.load_keras_weights(backbone, preset.weights_path)
@@ -181,8 +182,8 @@ def preset_tokenizer(preset, family, vocabulary_size=None):
     (`tokenizer_files.tokenizer_class_name`), refused where it has more ids
     than the model has token embeddings."""
     name = tokenizer_files.tokenizer_class_name(preset.folder, family)
-    if name == "BertTokenizer":  # from the files already read, checked against the config
-        return text.BertTokenizer(**preset.tokenizer_arguments())
+    if name == "WordPieceTokenizer":  # from the files already read, checked against the config
+        return text.WordPieceTokenizer(**preset.tokenizer_arguments())
     tokenizer = getattr(text, name).from_preset(preset.folder)
     vocabulary_size = vocabulary_size or preset.backbone_config["vocabulary_size"]
     if tokenizer.vocabulary_size > vocabulary_size:

@@ -19,13 +19,13 @@ from kbert.presets import files, huggingface
 WEIGHTS = "model.safetensors"
 # kbert's class -> transformers' class, after the family's prefix ("Bert",
 # "Roberta", ...: `kbert.families`). Which of them have a pooler is the
-# family's `POOLED`: the token-level heads have none, so theirs is not written.
+# family's `pooled`: the token-level heads have none, so theirs is not written.
 ARCHITECTURES = {
     "BertBackbone": "Model",
-    "BertClassifier": "ForSequenceClassification",
-    "BertTokenClassifier": "ForTokenClassification",
-    "BertQuestionAnswerer": "ForQuestionAnswering",
-    "BertMaskedLM": "ForMaskedLM",
+    "TextClassifier": "ForSequenceClassification",
+    "TokenClassifier": "ForTokenClassification",
+    "QuestionAnswerer": "ForQuestionAnswering",
+    "MaskedLM": "ForMaskedLM",
     "BertPretrainer": "ForPreTraining",
 }
 DTYPES = ("float32", "float16", "bfloat16")
@@ -39,7 +39,7 @@ def architecture(model):
             return ARCHITECTURES[klass.__name__]
     raise ValueError(
         f"{type(model).__name__} has no transformers counterpart; export_to_transformers writes "
-        f"{', '.join(ARCHITECTURES)} (and BertTextEmbedder, as a sentence-transformers folder)."
+        f"{', '.join(ARCHITECTURES)} (and TextEmbedder, as a sentence-transformers folder)."
     )
 
 

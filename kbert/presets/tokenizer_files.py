@@ -38,7 +38,7 @@ def has_tokenizer(folder):
 
 # tokenizer.json's model type -> kbert's tokenizer class (transformers'
 # tokenizer classes are the families' `tokenizer_classes`).
-_BY_MODEL = {"WordPiece": "BertTokenizer", "BPE": "BytePairTokenizer", "Unigram": "SentencePieceTokenizer"}
+_BY_MODEL = {"WordPiece": "WordPieceTokenizer", "BPE": "BytePairTokenizer", "Unigram": "SentencePieceTokenizer"}
 
 
 def tokenizer_class_name(folder, family):
@@ -51,7 +51,7 @@ def tokenizer_class_name(folder, family):
         return os.path.exists(os.path.join(folder, name))
 
     if has(files.VOCABULARY):
-        return "BertTokenizer"
+        return "WordPieceTokenizer"
     if has("sentencepiece.bpe.model"):
         return "SentencePieceTokenizer"
     if has("vocab.json") and has("merges.txt"):

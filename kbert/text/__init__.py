@@ -12,13 +12,22 @@ import importlib.util
 
 from kbert.tf_if_present import MISSING
 
+# Family-neutral names first; the `Bert*` names of the first releases are the
+# same classes (`kbert.aliases`).
 _MODULES = {
+    "WordPieceTokenizer": "tokenizer",
     "BertTokenizer": "tokenizer",
     "SentencePieceTokenizer": "sentencepiece_tokenizer",
     "BytePairTokenizer": "byte_pair_tokenizer",
     "train_wordpiece_vocabulary": "vocabulary",
     "SegmentPacker": "packing",
     "truncate_segments": "packing",
+    "Preprocessor": "preprocessor",
+    "TextClassifierPreprocessor": "task_preprocessors",
+    "QuestionAnswererPreprocessor": "task_preprocessors",
+    "TextEmbedderPreprocessor": "task_preprocessors",
+    "TokenClassifierPreprocessor": "task_preprocessors",
+    "MaskedLMPreprocessor": "masked_lm_preprocessor",
     "BertPreprocessor": "preprocessor",
     "BertClassifierPreprocessor": "task_preprocessors",
     "BertQuestionAnswererPreprocessor": "task_preprocessors",

@@ -4,6 +4,7 @@ fill-mask answers out."""
 
 import keras
 
+from kbert.aliases import also_named
 from kbert.text.masking import MaskedLMMaskGenerator, top_k_guesses, written_masks
 from kbert.text.packed_texts import pack_texts
 from kbert.text.preprocessor import BertPreprocessor, serving_text
@@ -11,7 +12,7 @@ from kbert.tf_if_present import tf
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertMaskedLMPreprocessor(BertPreprocessor):
+class MaskedLMPreprocessor(BertPreprocessor):
     """`BertPreprocessor` for `BertMaskedLM`: texts in, each batch masked
     anew (the model's `mask_selection_rate`, `max_predictions` and
     `whole_word`; of the chosen tokens 80% [MASK], 10% random, 10% kept),
@@ -85,6 +86,9 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
 
         signature = [serving_text(), serving_text("text_pair")][:2 if pairs else 1]
         return preprocess, postprocess, signature, {"token_ids": -1}
+
+# The name of the first releases (kbert.aliases).
+BertMaskedLMPreprocessor = also_named(MaskedLMPreprocessor, "BertMaskedLMPreprocessor")
 
 
 @keras.saving.register_keras_serializable(package="kbert")

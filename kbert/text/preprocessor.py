@@ -4,6 +4,7 @@ ops; the base of each task's preprocessor (`kbert.text.task_preprocessors`)."""
 import keras
 import numpy as np
 
+from kbert.aliases import also_named
 from kbert import families
 from kbert.presets import files, tokenizer_files
 from kbert.text import pipeline
@@ -11,12 +12,12 @@ from kbert.text.offsets import cut_after_words
 from kbert.text.byte_pair_tokenizer import BytePairTokenizer
 from kbert.text.packing import SegmentPacker
 from kbert.text.sentencepiece_tokenizer import SentencePieceTokenizer
-from kbert.text.tokenizer import BertTokenizer
+from kbert.text.tokenizer import WordPieceTokenizer
 from kbert.tf_if_present import tf
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertPreprocessor(keras.layers.Layer):
+class Preprocessor(keras.layers.Layer):
     """Tokenizes text and packs it into `token_ids`, `segment_ids` and `padding_mask`.
 
     Gives the same ids as Hugging Face's `BertTokenizerFast(texts_a, texts_b,
@@ -141,7 +142,7 @@ class BertPreprocessor(keras.layers.Layer):
         for key in ("cls_id", "sep_id", "pad_id", "pair_layout"):  # the tokenizer's
             del config[key]
         tokenizer = self.tokenizer.get_config()
-        if not isinstance(self.tokenizer, BertTokenizer):  # BERT's is read without a class name
+        if not isinstance(self.tokenizer, WordPieceTokenizer):  # WordPiece's is read without a class name
             tokenizer = {"class_name": type(self.tokenizer).__name__, "config": tokenizer}
         return {"name": self.name, "tokenizer": tokenizer, **config}
 
@@ -152,7 +153,7 @@ class BertPreprocessor(keras.layers.Layer):
         if isinstance(tokenizer, dict) and "class_name" in tokenizer:
             tokenizer = tokenizer_class(tokenizer["class_name"]).from_config(tokenizer["config"])
         elif isinstance(tokenizer, dict):
-            tokenizer = BertTokenizer.from_config(tokenizer)
+            tokenizer = WordPieceTokenizer.from_config(tokenizer)
         return cls(tokenizer, **config)
 
     # === Raw input of a task: texts, or pairs of texts ===
@@ -313,6 +314,9 @@ class BertPreprocessor(keras.layers.Layer):
             return x, y
         return x, y, sample_weight
 
+# The name of the first releases (kbert.aliases).
+BertPreprocessor = also_named(Preprocessor, "BertPreprocessor")
+
 
 def serving_text(name="text"):
     """The input signature of a batch of strings, named as the served input."""
@@ -326,7 +330,8 @@ def _all_text(spec):
 
 def tokenizer_class(name):
     """A kbert tokenizer class by name, as a saved config names it."""
-    tokenizers = {klass.__name__: klass for klass in (BertTokenizer, BytePairTokenizer, SentencePieceTokenizer)}
+    tokenizers = {klass.__name__: klass for klass in (WordPieceTokenizer, BytePairTokenizer, SentencePieceTokenizer)}
+    tokenizers["BertTokenizer"] = WordPieceTokenizer  # its first name
     if name not in tokenizers:
         raise ValueError(f"Unknown tokenizer class {name!r}; kbert's are {', '.join(tokenizers)}.")
     return tokenizers[name]

@@ -12,6 +12,7 @@ import re
 import keras
 import numpy as np
 
+from kbert.aliases import also_named
 from kbert.text import classifier_labels, pipeline
 from kbert.text import question_answering as qa
 from kbert.text import token_classification as tc
@@ -20,7 +21,7 @@ from kbert.tf_if_present import tf
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertClassifierPreprocessor(BertPreprocessor):
+class TextClassifierPreprocessor(BertPreprocessor):
     """`BertPreprocessor` for `BertClassifier`: texts or pairs of texts in;
     labels as the model's `problem_type` takes them (`kbert.text.
     classifier_labels`): class ids or names of its `class_names`, multi-hot
@@ -52,9 +53,12 @@ class BertClassifierPreprocessor(BertPreprocessor):
 
         return preprocess, postprocess, [serving_text(), serving_text("text_pair")][:2 if pairs else 1], None
 
+# The name of the first releases (kbert.aliases).
+BertClassifierPreprocessor = also_named(TextClassifierPreprocessor, "BertClassifierPreprocessor")
+
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertTokenClassifierPreprocessor(BertPreprocessor):
+class TokenClassifierPreprocessor(BertPreprocessor):
     """`BertPreprocessor` for `BertTokenClassifier`: sentences as lists of
     words (CoNLL style) with one tag per word, an id or a name of
     `class_names`, or a batched `tf.data.Dataset` of ragged `(words,
@@ -145,6 +149,9 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
 
         return preprocess, postprocess, [serving_text()], TAG_FILLS
 
+# The name of the first releases (kbert.aliases).
+BertTokenClassifierPreprocessor = also_named(TokenClassifierPreprocessor, "BertTokenClassifierPreprocessor")
+
 
 # Padding of the served token classifier's outputs, per sentence: words and
 # entities past its own.
@@ -152,7 +159,7 @@ TAG_FILLS = {"label_id": -1, "entity_start": -1, "entity_end": -1}
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertQuestionAnswererPreprocessor(BertPreprocessor):
+class QuestionAnswererPreprocessor(BertPreprocessor):
     """`BertPreprocessor` for `BertQuestionAnswerer`: `(questions, contexts)`
     in, each context cut into windows `stride` tokens apart (BERT's
     `doc_stride`), packed after its question; answers as `{"text",
@@ -222,9 +229,12 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
 
         return preprocess, postprocess, [serving_text("question"), serving_text("context")], None
 
+# The name of the first releases (kbert.aliases).
+BertQuestionAnswererPreprocessor = also_named(QuestionAnswererPreprocessor, "BertQuestionAnswererPreprocessor")
+
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertTextEmbedderPreprocessor(BertPreprocessor):
+class TextEmbedderPreprocessor(BertPreprocessor):
     """`BertPreprocessor` for `BertTextEmbedder`: texts in, with the
     embedder's prompt put before each; where the pooling leaves the prompt
     out (`include_prompt=False`), a `pooling_mask` without the prompt's
@@ -273,6 +283,9 @@ class BertTextEmbedderPreprocessor(BertPreprocessor):
             return {"embedding": tf.cast(embedding, tf.float32)[:, :head.get("truncate_dim")]}
 
         return preprocess, postprocess, [serving_text()], None
+
+# The name of the first releases (kbert.aliases).
+BertTextEmbedderPreprocessor = also_named(TextEmbedderPreprocessor, "BertTextEmbedderPreprocessor")
 
 
 def _answer_chars(answers, contexts):

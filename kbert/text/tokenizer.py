@@ -155,7 +155,7 @@ class _Tokenization:
         return merge_rows(pieces, words.row_splits)
 
 
-class BertTokenizer(Tokenizer):
+class WordPieceTokenizer(Tokenizer):
     """BERT's WordPiece tokenizer, as TensorFlow ops.
 
     Gives the same ids as Hugging Face's `BertTokenizerFast` with
@@ -262,3 +262,6 @@ class BertTokenizer(Tokenizer):
 
     def _continues_word(self, token):
         return token.startswith(SUFFIX_INDICATOR)
+
+# The name of the first releases (kbert.aliases).
+BertTokenizer = WordPieceTokenizer
