@@ -157,9 +157,9 @@ def test_a_pretrainers_preset_gives_a_masked_lm_its_head(minilm_dir, tmp_path):
                                [[[p for _, p in m] for m in text] for text in expected], rtol=1e-5)
     # The other way, the masked-LM head is kept and the next-sentence head is new.
     masked_lm.save_to_preset(tmp_path / "masked_lm")
-    with pytest.warns(UserWarning, match="holds a BertMaskedLM, which has no BertPretrainer head's "
+    with pytest.warns(UserWarning, match="holds a MaskedLM, which has no BertPretrainer head's "
                                          "cls.seq_relationship.weight, cls.seq_relationship.bias"):
         pretrainer = kbert.BertPretrainer.from_preset(tmp_path / "masked_lm")
     np.testing.assert_allclose(to_numpy(pretrainer.mlm_head.bias), to_numpy(bias))
-    with pytest.warns(UserWarning, match="has no BertClassifier head: it starts from its initialisation"):
+    with pytest.warns(UserWarning, match="has no TextClassifier head: it starts from its initialisation"):
         kbert.BertClassifier.from_preset(tmp_path / "pretrainer", num_classes=2)

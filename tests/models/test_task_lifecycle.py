@@ -229,7 +229,7 @@ def test_calling_the_model_on_texts_preprocesses_them(minilm_dir):
 def test_raw_text_without_a_preprocessor_says_how_to_add_one(minilm_dir):
     model = kbert.BertClassifier(build("classifier", minilm_dir).backbone, 2)
     for call in (lambda: model.predict(TEXTS), lambda: model.fit(TEXTS, [0, 1] * 3), lambda: model(TEXTS)):
-        with pytest.raises(ValueError, match=r"has no preprocessor.*BertClassifierPreprocessor.from_preset"):
+        with pytest.raises(ValueError, match=r"has no preprocessor.*TextClassifierPreprocessor.from_preset"):
             call()
 
 

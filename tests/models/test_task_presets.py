@@ -56,7 +56,7 @@ def test_a_preset_whose_task_weights_hold_the_whole_task_still_loads(tmp_path):
 
 def test_a_head_of_another_shape_is_refused_naming_both(tmp_path):
     kbert.BertClassifier(tiny_backbone(), num_classes=2, preprocessor=None).save_to_preset(str(tmp_path))
-    with pytest.raises(ValueError, match=r"holds a head of logits/kernel \(16, 2\).*this BertClassifier's is "
+    with pytest.raises(ValueError, match=r"holds a head of logits/kernel \(16, 2\).*this TextClassifier's is "
                                          r"logits/kernel \(16, 5\).*num_classes"):
         kbert.BertClassifier.from_preset(str(tmp_path), num_classes=5, preprocessor=None)
 

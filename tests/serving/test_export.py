@@ -475,7 +475,7 @@ def test_invalid_utf8_is_read_as_replacement_characters_served_and_in_python(exp
 
 def test_answers_without_a_preprocessor_say_how_to_get_one():
     model = kbert.BertTokenClassifier(tiny_backbone(), 3, class_names=["O", "B-LOC", "I-LOC"])
-    with pytest.raises(ValueError, match=r"has no preprocessor.*BertTokenClassifierPreprocessor.from_preset"):
+    with pytest.raises(ValueError, match=r"has no preprocessor.*TokenClassifierPreprocessor.from_preset"):
         model.entities(["Bath"])
 
 
