@@ -8,16 +8,15 @@ This module is for the other case, TensorFlow loaded before kbert.
 import os
 import warnings
 
+from kbert.backend import keras_private
+
 
 def tensorflow_runs_onednn():
     """Whether the loaded TensorFlow runs its oneDNN kernels; None where it
     can't be told (its private `IsMklEnabled`, TensorFlow 2.x, is missing)."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-    except ImportError:
+    if not keras_private.available("IsMklEnabled"):
         return None
-    is_on = getattr(_pywrap_util_port, "IsMklEnabled", None)
-    return None if is_on is None else bool(is_on())
+    return bool(keras_private.get("IsMklEnabled")())
 
 
 def warn_if_tensorflow_runs_without_onednn():

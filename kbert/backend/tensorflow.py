@@ -1,6 +1,6 @@
-"""TensorFlow's implementations of kbert's primitives (public TF APIs only);
-the elementwise ones (LayerNorm, the GELU of `dense`) are written in
-`tensorflow_fused.py`."""
+"""TensorFlow's implementations of kbert's primitives (public TF APIs, and
+private ones only through `kbert.backend.keras_private`); the elementwise
+ones (LayerNorm, the GELU of `dense`) are written in `tensorflow_fused.py`."""
 
 import functools
 
@@ -128,7 +128,7 @@ def embedding_rows(table, ids):
     # rows (`ResourceGather`), with no autocast of the table (which a mixed
     # layer's call applies, `autocast=False` or not), and Grappler does not
     # move the cast that follows to before it.
-    variable = getattr(table, "_value", None)
+    variable = keras_private.backend_variable(table)
     if not hasattr(variable, "sparse_read") or _in_stateless_scope():
         return default.embedding_rows(table, ids)
     return tf.gather(variable, ids)

@@ -2,15 +2,15 @@
 exact GELU and LayerNorm with their gradients written out, compiled by XLA
 where every dimension is known, and the custom gradients they (and
 GradCache's `remat_in_turn`) are built with, which TensorFlow's gradient
-registry lets go of (public TF APIs, and private ones only behind a guard)."""
+registry lets go of (public TF APIs, and private ones only through
+`kbert.backend.keras_private`, each with a fallback)."""
 
 import functools
 import math
 
 import tensorflow as tf
-from tensorflow.python.framework import ops as tf_ops
 
-from kbert.backend import default
+from kbert.backend import default, keras_private
 
 
 def custom_gradient(f):
@@ -40,23 +40,18 @@ def custom_gradient(f):
                 try:
                     return gradient(*upstream, **kwargs)
                 finally:
-                    registry = _gradient_registry()
+                    registry = keras_private.gradient_registry()
                     for name in names:
                         registry.pop(name, None)
 
             return result, once
 
-        before = set(_gradient_registry())
+        before = set(keras_private.gradient_registry())
         result = tf.custom_gradient(forward)(*args)
-        names.update(set(_gradient_registry()) - before)
+        names.update(set(keras_private.gradient_registry()) - before)
         return result
 
     return call
-
-
-def _gradient_registry():
-    registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
-    return registry if isinstance(registry, dict) else {}
 
 
 def normal_cdf(x):
@@ -205,9 +200,7 @@ def xla_words(shape, seed):
 
 def in_xla_context():
     """Whether the graph being traced compiles with XLA (`jit_compile`);
-    True where TensorFlow's private module that tells has moved."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:
+    True where TensorFlow's private function that tells has moved."""
+    if not keras_private.available("GraphOrParentsInXlaContext"):
         return True
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    return keras_private.get("GraphOrParentsInXlaContext")(tf.compat.v1.get_default_graph())

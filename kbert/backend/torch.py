@@ -1,7 +1,7 @@
 """PyTorch's implementations of kbert's primitives.
 
-Uses private APIs (Keras' through `kbert.backend.keras_private`,
-`torch._fused_adamw_`); each is guarded, and without it the primitive falls
+Uses private APIs (Keras' and `torch._fused_adamw_`, through
+`kbert.backend.keras_private`); without one, the primitive that needs it falls
 back to its `keras.ops` default (same values; only the speed changes).
 """
 
@@ -20,7 +20,8 @@ if keras_private.available("get_device") and keras_private.available("torch_seed
 
 # The fused AdamW kernel (what `torch.optim.AdamW(fused=True)` runs), with
 # this keyword signature and on CPU as well as on GPU since PyTorch 2.4.
-_FUSED_ADAMW = hasattr(torch, "_fused_adamw_") and torch.__version__ >= "2.4"
+_FUSED_ADAMW = keras_private.available("_fused_adamw_") and torch.__version__ >= "2.4"
+_fused_adamw = keras_private.get("_fused_adamw_") if _FUSED_ADAMW else None
 
 
 def _torch_dtype(dtype):
@@ -110,7 +111,7 @@ def adamw_step(variables, grads, momentums, velocities, step, learning_rate, bet
                                   epsilon, weight_decay)
     with torch.no_grad():
         steps = torch.tensor(float(step), dtype=torch.float32)
-        torch._fused_adamw_(
+        _fused_adamw(
             [v.value for v in variables],
             list(grads),
             [m.value for m in momentums],

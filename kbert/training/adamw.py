@@ -4,6 +4,7 @@ LAMB; both take the gradient of the global batch on TensorFlow."""
 import keras
 
 from kbert import backend
+from kbert.backend import keras_private
 
 
 class GlobalBatchGradients:
@@ -12,7 +13,8 @@ class GlobalBatchGradients:
     batch. Two Keras 3 behaviours on TensorFlow are changed (elsewhere both
     methods keep Keras' result): sparse gradients of embedding lookups are
     made dense, and under a `tf.distribute` strategy with clipping the
-    replicas' gradients are summed before the norm is taken."""
+    replicas' gradients are summed before the norm is taken. (Both are
+    private Keras methods, listed in `kbert.backend.keras_private.OVERRIDDEN_METHODS`.)"""
 
     def _clip_gradients(self, grads):
         # (Keras calls this on every step, clipping or not, just before the update.)
@@ -124,15 +126,14 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     def update_step(self, gradient, variable, learning_rate):
         ops = keras.ops
         scalars = self._step_scalars(learning_rate, variable.dtype)
-        if self._decays_in_update_step() and self.weight_decay and self._use_weight_decay(variable):
+        if self._decays_in_update_step() and self.weight_decay and keras_private.use_weight_decay(self, variable):
             # As Keras' pass does it, at the rate Keras gives this step.
             self.assign_sub(variable, variable * scalars["decay"])
         if self.amsgrad:
             return super().update_step(gradient, variable, learning_rate)
         lr, beta_1_power, beta_2_power, epsilon = (scalars[k] for k in ("lr", "beta_1_power", "beta_2_power",
                                                                          "epsilon"))
-        m = self._momentums[self._get_variable_index(variable)]
-        v = self._velocities[self._get_variable_index(variable)]
+        m, v = keras_private.adam_moments(self, variable)
         if backend.adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, lr, scalars["beta_1"],
                                scalars["beta_2"], epsilon):
             return  # TensorFlow: one op
@@ -176,7 +177,7 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
         return keras.backend.backend() == "tensorflow"
 
     def _fused(self, variables=None):
-        variables = self._trainable_variables if variables is None else variables
+        variables = keras_private.trainable_variables(self) if variables is None else variables
         return not self.amsgrad and backend.fuses_adamw(variables)
 
     def _apply_weight_decay(self, variables):
@@ -193,16 +194,16 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
         lr = float(keras.ops.convert_to_numpy(learning_rate))
         groups = {True: [], False: []}  # decayed or not
         for i, variable in enumerate(trainable_variables):
-            groups[bool(self.weight_decay) and self._use_weight_decay(variable)].append(i)
+            groups[bool(self.weight_decay) and keras_private.use_weight_decay(self, variable)].append(i)
         for decay, chosen in groups.items():
             if not chosen:
                 continue
-            slots = [self._get_variable_index(trainable_variables[i]) for i in chosen]
+            moments = [keras_private.adam_moments(self, trainable_variables[i]) for i in chosen]
             backend.adamw_step(
                 [trainable_variables[i] for i in chosen],
                 [grads[i] for i in chosen],
-                [self._momentums[j] for j in slots],
-                [self._velocities[j] for j in slots],
+                [m for m, _ in moments],
+                [v for _, v in moments],
                 step=step,
                 learning_rate=lr,
                 beta_1=self.beta_1,

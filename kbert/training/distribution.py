@@ -142,14 +142,14 @@ class DistributedTraining:
     The overrides of `_maybe_symbolic_build`, `_symbolic_build` and
     `_make_function` are of private Keras methods
     (keras/src/backend/{tensorflow,jax}/trainer.py), listed in
-    `kbert.backend.keras_private.TRAINER_METHODS`, as are the data adapters
-    used on JAX: where a backend or Keras version does not call them, they
+    `kbert.backend.keras_private.OVERRIDDEN_METHODS`, as are the data adapters
+    used on JAX (`APIS`): where a backend or Keras version does not call them, they
     are never called, and the two features that need them refuse to run on
     a Keras that lacks them (`_check_trainer`) rather than train wrongly.
     """
 
     def _check_trainer(self):
-        missing = keras_private.missing_trainer_methods()
+        missing = keras_private.missing_methods("keras.Model")
         if missing:
             raise RuntimeError("; ".join(missing.values()) + ". Install Keras 3.15 (pip install 'keras==3.15.*') "
                                "for this feature.")
@@ -163,7 +163,7 @@ class DistributedTraining:
         # Drop this override once Keras no longer reduces the batch.
         import tensorflow as tf
 
-        strategy = getattr(self, "_distribute_strategy", None)
+        strategy = keras_private.distribute_strategy(self)
         if strategy is not None and iterator is not None:
             for _, _, batches in iterator:
                 data_batch = next(batches)
@@ -189,7 +189,7 @@ class DistributedTraining:
         # their mean along axis 0 over all workers is the mean over the
         # workers. The logs are made scalars again afterwards, which also keeps
         # them scalars once Keras reduces with axis=None (then drop this).
-        strategy = getattr(self, "_distribute_strategy", None)
+        strategy = keras_private.distribute_strategy(self)
         if keras.backend.backend() != "tensorflow" or strategy is None:
             return super()._make_function(step_function, *args, **kwargs)
         import tensorflow as tf
@@ -264,7 +264,7 @@ class DistributedTraining:
         return super().predict_on_batch(partial_batches.spread(partial_batches.pad(x, devices)))
 
     def _multi_worker(self):
-        strategy = getattr(self, "_distribute_strategy", None)
+        strategy = keras_private.distribute_strategy(self)
         if strategy is None or keras.backend.backend() != "tensorflow":
             return False
         return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
@@ -272,7 +272,7 @@ class DistributedTraining:
     def _build_on(self, first_x):
         # As Keras' predict builds an unbuilt model on its first batch's
         # inputs (`first_x()`), which it cannot read from a PaddedBatch.
-        if not all(layer.built for layer in self._flatten_layers()):
+        if not all(layer.built for layer in keras_private.flatten_layers(self)):
             with keras.StatelessScope():
                 self(first_x())
 

@@ -7,6 +7,7 @@ import warnings
 
 import keras
 
+from kbert.backend import keras_private
 from kbert.tf_if_present import tf
 
 _METADATA = "training_metadata.json"  # keras.callbacks.BackupAndRestore's file
@@ -29,7 +30,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     `batches.repeat().skip(trained_steps(backup_dir))`. (A stream that
     reshuffles each pass restarts its shuffling with the program, and
     dropout draws new masks: a resumed run then trains as well, on other
-    batches.) Epochs need a known number of steps.
+    batches.) Epochs need a known number of steps. (It overrides and sets
+    private members of Keras' callback, listed in `kbert.backend.keras_private`.)
 
     Args:
         backup_dir: the folder of the backup, for this run only.
@@ -56,13 +58,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._resume_at = metadata.get("steps_done_in_epoch", 0)
         if self._resume_at and self._resume_at >= (self.params.get("steps") or float("inf")):
             # Backed up after the last step of an epoch, before its end.
-            self.model._initial_epoch = metadata["epoch"] + 1
+            keras_private.set_initial_epoch(self.model, metadata["epoch"] + 1)
             self._resume_at = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         # Keras counts epochs only at epoch ends, so after a restore its next
         # mid-epoch backup would name epoch 0.
-        self._current_epoch = epoch
+        keras_private.set_current_epoch(self, epoch)
         self._epoch_offset, self._resume_at = self._resume_at, 0
         self._steps_done = self._epoch_offset
 
@@ -88,7 +90,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         metadata = _read_metadata(self.backup_dir)
         steps_per_epoch = self.params.get("steps") or 0
         metadata["steps_done_in_epoch"] = self._steps_done
-        metadata["step"] = self._current_epoch * steps_per_epoch + self._steps_done
+        metadata["step"] = keras_private.current_epoch(self) * steps_per_epoch + self._steps_done
         with _open(os.path.join(self.backup_dir, _METADATA), "w") as f:
             f.write(json.dumps(metadata))
 
