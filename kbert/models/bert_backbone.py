@@ -102,40 +102,9 @@ class BertBackbone(LoRA, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        kind = families.get(family)  # refuses an unknown one
-        if bool(num_segments) != kind.token_types:
-            raise ValueError(f"num_segments={num_segments} for a {family!r} backbone: "
-                             + ("it has token types, so num_segments >= 1." if num_segments == 0 else
-                                "it has no token type embeddings: num_segments=0."))
-        if kind.positions_after_padding and position_offset < 1:
-            raise ValueError(f"position_offset={position_offset} for a {family!r} backbone: its positions start "
-                             "after the padding index, at pad_token_id + 1 (2 in RoBERTa's checkpoints).")
-        if dtype == "auto":
-            raise ValueError(
-                'dtype="auto" is resolved before a model is built, so that a saved model holds the policy it ran '
-                'with: use from_preset(..., dtype="auto"), or dtype=kbert.training.precision.resolve_dtype("auto").'
-            )
-        width = embedding_dim or hidden_dim
-        # Casts the batch's rows to bfloat16, not the whole vocabulary table.
-        token_embedding = TokenEmbedding(
-            vocabulary_size, width, embeddings_initializer=bert_initializer(),
-            dtype=dtype, name="token_embedding",
-        )
-        segment_embedding = keras.layers.Embedding(
-            num_segments, width, embeddings_initializer=bert_initializer(),
-            dtype=dtype, name="segment_embedding",
-        ) if num_segments else None
-        embeddings_projection = keras.layers.Dense(
-            hidden_dim, kernel_initializer=bert_initializer(), dtype=dtype, name="embeddings_projection",
-        ) if width != hidden_dim else None
-        position_embedding = PositionEmbedding(
-            max_sequence_length, initializer=bert_initializer(), offset=position_offset, dtype=dtype,
-            name="position_embedding",
-        )
-        embeddings_layer_norm = LayerNorm(
-            epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
-        )
-        embeddings_dropout = Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        _check_settings(family, num_segments, position_offset, dtype)
+        embeddings = _embedding_layers(vocabulary_size, embedding_dim or hidden_dim, hidden_dim, max_sequence_length,
+                                       num_segments, position_offset, layer_norm_epsilon, dropout, dtype)
         transformer_layers = [
             TransformerEncoder(
                 num_heads=num_heads,
@@ -155,33 +124,11 @@ class BertBackbone(LoRA, keras.Model):
         )
 
         # === Functional model ===
-        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
-        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        inputs = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
-        packed = {}
-        if packing:
-            # Krell et al. 2021: block-diagonal attention and positions
-            # restarting per sequence, both built in-graph from these ids.
-            inputs["sequence_ids"] = packed["sequence_ids"] = keras.Input(
-                shape=(None,), dtype="int32", name="sequence_ids"
-            )
-
-        tokens = token_embedding(token_ids)
-        # Padding positions read the [PAD] row but do not train it, as
-        # transformers' `padding_idx`: a loss over every position (extractive
-        # QA's softmax) would otherwise move that row on every step.
-        tokens = keras.ops.where(keras.ops.expand_dims(padding_mask, -1) > 0, tokens,
-                                 keras.ops.stop_gradient(tokens))
-        # (In this order, which orders the optimizer's variables in saved models.)
-        x = tokens + segment_embedding(segment_ids) if segment_embedding is not None else tokens
-        x = x + position_embedding(tokens, **packed)
-        x = embeddings_dropout(embeddings_layer_norm(x))
-        if embeddings_projection is not None:
-            x = embeddings_projection(x)
+        inputs, packed = _inputs(packing)
+        x = _embed(embeddings, inputs["token_ids"], inputs["segment_ids"], inputs["padding_mask"], packed)
         hidden_states = [x]
         for layer in transformer_layers:
-            x = layer(x, padding_mask=padding_mask, **packed)
+            x = layer(x, padding_mask=inputs["padding_mask"], **packed)
             hidden_states.append(x)
         pooled_output = pooled_dense(x[:, 0, :])
 
@@ -193,8 +140,8 @@ class BertBackbone(LoRA, keras.Model):
         # Keras' functional model takes no `dtype` (its own policy stays the
         # global one, float32, over mixed_bfloat16 layers): it reports the
         # policy its layers run.
-        if token_embedding.dtype_policy.quantization_mode is None:
-            self.dtype_policy = token_embedding.dtype_policy
+        if embeddings["token_embedding"].dtype_policy.quantization_mode is None:
+            self.dtype_policy = embeddings["token_embedding"].dtype_policy
 
         # === Config ===
         self.vocabulary_size = vocabulary_size
@@ -211,11 +158,11 @@ class BertBackbone(LoRA, keras.Model):
         self.packing = bool(packing)
 
         # === Layers, by what they are (the checkpoint import maps onto these) ===
-        self.token_embedding = token_embedding
-        self.segment_embedding = segment_embedding
-        self.embeddings_projection = embeddings_projection
-        self.position_embedding = position_embedding
-        self.embeddings_layer_norm = embeddings_layer_norm
+        self.token_embedding = embeddings["token_embedding"]
+        self.segment_embedding = embeddings["segment_embedding"]
+        self.embeddings_projection = embeddings["embeddings_projection"]
+        self.position_embedding = embeddings["position_embedding"]
+        self.embeddings_layer_norm = embeddings["embeddings_layer_norm"]
         self.transformer_layers = transformer_layers
         self.pooled_dense = pooled_dense
         self._hidden_states = hidden_states
@@ -343,6 +290,75 @@ class BertBackbone(LoRA, keras.Model):
     def export_to_transformers(self, path, dtype="float32"):
         """Writes a `transformers` `BertModel` (`RobertaModel`, ...) folder (`kbert.presets.to_transformers`)."""
         return to_transformers.export_to_transformers(self, path, dtype)
+
+def _check_settings(family, num_segments, position_offset, dtype):
+    """Refuses settings the family's checkpoints cannot have."""
+    kind = families.get(family)  # refuses an unknown one
+    if bool(num_segments) != kind.token_types:
+        raise ValueError(f"num_segments={num_segments} for a {family!r} backbone: "
+                         + ("it has token types, so num_segments >= 1." if num_segments == 0 else
+                            "it has no token type embeddings: num_segments=0."))
+    if kind.positions_after_padding and position_offset < 1:
+        raise ValueError(f"position_offset={position_offset} for a {family!r} backbone: its positions start "
+                         "after the padding index, at pad_token_id + 1 (2 in RoBERTa's checkpoints).")
+    if dtype == "auto":
+        raise ValueError(
+            'dtype="auto" is resolved before a model is built, so that a saved model holds the policy it ran '
+            'with: use from_preset(..., dtype="auto"), or dtype=kbert.training.precision.resolve_dtype("auto").'
+        )
+
+
+def _embedding_layers(vocabulary_size, width, hidden_dim, max_sequence_length, num_segments, position_offset,
+                      layer_norm_epsilon, dropout, dtype):
+    """The embeddings' layers by name (None where the family has none):
+    tokens, segments and positions of `width`, LayerNorm and dropout, and the
+    projection to `hidden_dim` where that differs (ELECTRA's)."""
+    return {
+        # Casts the batch's rows to bfloat16, not the whole vocabulary table.
+        "token_embedding": TokenEmbedding(vocabulary_size, width, embeddings_initializer=bert_initializer(),
+                                          dtype=dtype, name="token_embedding"),
+        "segment_embedding": keras.layers.Embedding(
+            num_segments, width, embeddings_initializer=bert_initializer(), dtype=dtype, name="segment_embedding",
+        ) if num_segments else None,
+        "embeddings_projection": keras.layers.Dense(
+            hidden_dim, kernel_initializer=bert_initializer(), dtype=dtype, name="embeddings_projection",
+        ) if width != hidden_dim else None,
+        "position_embedding": PositionEmbedding(max_sequence_length, initializer=bert_initializer(),
+                                                offset=position_offset, dtype=dtype, name="position_embedding"),
+        "embeddings_layer_norm": LayerNorm(epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"),
+        "embeddings_dropout": Dropout(dropout, dtype=dtype, name="embeddings_dropout"),
+    }
+
+
+def _inputs(packing):
+    """The backbone's named inputs, and those of packed rows alone."""
+    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
+              for name in ("token_ids", "segment_ids", "padding_mask")}
+    packed = {}
+    if packing:
+        # Krell et al. 2021: block-diagonal attention and positions
+        # restarting per sequence, both built in-graph from these ids.
+        inputs["sequence_ids"] = packed["sequence_ids"] = keras.Input(shape=(None,), dtype="int32",
+                                                                      name="sequence_ids")
+    return inputs, packed
+
+
+def _embed(layers, token_ids, segment_ids, padding_mask, packed):
+    """BERT §3: token + segment + position embeddings, LayerNorm, dropout."""
+    tokens = layers["token_embedding"](token_ids)
+    # Padding positions read the [PAD] row but do not train it, as
+    # transformers' `padding_idx`: a loss over every position (extractive
+    # QA's softmax) would otherwise move that row on every step.
+    tokens = keras.ops.where(keras.ops.expand_dims(padding_mask, -1) > 0, tokens, keras.ops.stop_gradient(tokens))
+    # (In this order, which orders the optimizer's variables in saved models.)
+    segments = layers["segment_embedding"]
+    x = tokens + segments(segment_ids) if segments is not None else tokens
+    x = x + layers["position_embedding"](tokens, **packed)
+    x = layers["embeddings_dropout"](layers["embeddings_layer_norm"](x))
+    if layers["embeddings_projection"] is not None:
+        x = layers["embeddings_projection"](x)
+    return x
+
 
 # The family-neutral name (kbert.aliases). The class keeps its first name:
 # a `.keras` file stores the weights of a task's backbone under it
