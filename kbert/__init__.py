@@ -15,7 +15,7 @@ else:
 
     warn_if_tensorflow_runs_without_onednn()
 
-from kbert import layers, presets, search, serving, text, training
+from kbert import layers, metrics, presets, search, serving, text, training
 from kbert.models import (
     Backbone,
     BertBackbone,

@@ -18,6 +18,7 @@ RANKS = {
     "tf_if_present": 0,
     "backend": 0,
     "families": 0,  # what differs between encoder families: names and settings, no code above it
+    "aliases": 0,  # the names of the first releases, registered with Keras
     "presets": 1,
     "layers": 1,
     "search": 1,
@@ -113,3 +114,11 @@ def test_on_jax_and_torch_tensorflow_loads_only_when_text_needs_it(minilm_dir):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["False", "True"]
+
+
+def test_kbert_metrics_is_an_attribute_after_import_kbert():
+    # As `kbert.text`: `kbert.metrics.squad_metrics(...)` after `import kbert`, with no import of its own.
+    code = "import kbert\nprint(kbert.metrics.normalize_answer('The Paris!'), kbert.search.__name__)\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["paris", "kbert.search"]
