@@ -132,29 +132,31 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
         saved = preset.task
         # (A class saved under its first name, `BertClassifier`, is the same.)
         same_task = keras.saving.get_registered_object(f"kbert>{saved.get('class')}") is cls
-        model = cls(backbone=backbone, preprocessor=preprocessor,
-                    **_head_arguments(cls, saved["config"] if same_task else {}, kwargs))
+        arguments, new_head = _head_arguments(cls, saved["config"] if same_task else {}, kwargs)
+        model = cls(backbone=backbone, preprocessor=preprocessor, **arguments)
         loading.load_keras_weights(backbone, preset.weights_path)
-        if same_task:
+        if same_task and not new_head:
             load_task_weights(model, os.path.join(preset.folder, TASK_WEIGHTS))
         elif saved:
             load_saved_head(model, preset.folder, saved)
         return model
     tensors = preset.tensors()
-    model = cls(backbone=backbone, preprocessor=preprocessor,
-                **_head_arguments(cls, cls.hf_head_config(preset, tensors), kwargs))
+    arguments, new_head = _head_arguments(cls, cls.hf_head_config(preset, tensors), kwargs)
+    model = cls(backbone=backbone, preprocessor=preprocessor, **arguments)
     loading.load_hf_backbone_weights(backbone, preset.weights_path, tensors)
-    load_hf_head(model, tensors, preset.weights_path)
+    load_hf_head(model, tensors, preset.weights_path, new_head)
     return model
 
 
 def _head_arguments(cls, preset_config, kwargs):
-    """The task's arguments: the preset's, overridden by `kwargs`; where
-    they give another `num_classes`, the head is new, and the preset's
-    settings of its old head (the task's `head_keys`) are left out."""
-    if "num_classes" in kwargs and kwargs["num_classes"] != preset_config.get("num_classes", kwargs["num_classes"]):
+    """The task's arguments: the preset's, overridden by `kwargs`, and
+    whether the head is new: where they give another `num_classes`, the
+    preset's settings of its old head (the task's `head_keys`) are left out."""
+    new_head = "num_classes" in kwargs and kwargs["num_classes"] != preset_config.get("num_classes",
+                                                                                      kwargs["num_classes"])
+    if new_head:
         preset_config = {k: v for k, v in preset_config.items() if k not in cls.head_keys}
-    return {**preset_config, **kwargs}
+    return {**preset_config, **kwargs}, new_head
 
 
 def preset_preprocessor(cls, preset, sequence_length, backbone):
@@ -262,6 +264,11 @@ def load_saved_head(model, folder, saved):
     shared = [(variable, variables[name]) for variable, name, _ in table if name in variables]
     if shared:
         load_task_weights(source, os.path.join(folder, TASK_WEIGHTS))
+        if type(source) is type(model):  # the same task with another num_classes: its output layer is new
+            fitting = [(variable, value) for variable, value in shared if tuple(variable.shape) == tuple(value.shape)]
+            if len(fitting) < len(shared):
+                _warn_new_output(folder, model, source.num_classes)
+            shared = fitting
         for variable, value in shared:
             variable.assign(value)
     if len(shared) < len(table):
@@ -273,7 +280,10 @@ def load_saved_head(model, folder, saved):
         )
 
 
-def load_hf_head(model, tensors, path):
+def load_hf_head(model, tensors, path, new_head=False):
+    """Loads a Hugging Face checkpoint's head into `model`; where the head
+    is new (another `num_classes`), the parts whose shapes still match (a
+    RoBERTa head's dense layer), with a warning that the rest is new."""
     table = model.hf_head_table()
     if not table:
         return
@@ -283,4 +293,15 @@ def load_hf_head(model, tensors, path):
             "the head starts from its initialisation: fine-tune before use."
         )
         return
+    if new_head:
+        fitting = [row for row in table if huggingface.fits(row, tensors)]
+        if len(fitting) < len(table):
+            _warn_new_output(path, model, tensors[table[-1][1]].shape[0])
+        table = fitting
     huggingface.assign(table, tensors, source=path)
+
+
+def _warn_new_output(source, model, held):
+    warnings.warn(f"{source} holds a head of {held} classes; this {type(model).__name__} has num_classes="
+                  f"{model.num_classes}: the output layer is new, from its initialisation (the rest of the head is "
+                  "the checkpoint's). Fine-tune before use.")

@@ -135,6 +135,12 @@ def assign(table, tensors, prefix="", source="checkpoint"):
         variable.assign(np.asarray(value, dtype=variable.dtype))
 
 
+def fits(row, tensors, prefix=""):
+    """Whether a table row's tensor has the shape of its variable."""
+    variable, name, transform = row
+    return tuple(tensors[prefix + name].shape) == _hf_shape(variable.shape, transform)
+
+
 def unused_backbone_tensors(table, tensors, prefix, family="bert"):
     """Backbone tensors in the checkpoint that the table does not read, e.g.
     the layers of a deeper model than config.json says: those under the
