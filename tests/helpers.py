@@ -19,6 +19,23 @@ def random_inputs(batch, length, vocabulary_size, num_segments=2, seed=0):
     return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
 
 
+# kbert's input names -> transformers'.
+TRANSFORMERS_INPUTS = {"token_ids": "input_ids", "segment_ids": "token_type_ids", "padding_mask": "attention_mask"}
+
+
+def transformers_outputs(model, inputs, **kwargs):
+    """A transformers (PyTorch) model's outputs on kbert's inputs, without
+    gradients: `token_ids`, `segment_ids` and `padding_mask`, those that
+    `inputs` holds, as `input_ids`, `token_type_ids` and `attention_mask`.
+    `kwargs` (`labels=...`) go to the model as they are."""
+    import torch
+
+    features = {name: torch.as_tensor(np.asarray(inputs[key])).long()
+                for key, name in TRANSFORMERS_INPUTS.items() if key in inputs}
+    with torch.no_grad():
+        return model(**features, **kwargs)
+
+
 def dataset_ops(dataset):
     """The ops of every function in a `tf.data` pipeline's graph."""
     import tensorflow as tf

@@ -19,12 +19,11 @@ if tf_if_present.installed():
     pytest.skip("runs where TensorFlow is not installed: make test-notf-jax, make test-notf-torch",
                 allow_module_level=True)
 
-import torch  # noqa: E402
 import transformers  # noqa: E402
 
 import kbert  # noqa: E402
 from kbert import metrics  # noqa: E402
-from tests.helpers import random_inputs  # noqa: E402
+from tests.helpers import random_inputs, transformers_outputs  # noqa: E402
 
 
 def token_ids(minilm_dir, texts):
@@ -51,11 +50,7 @@ def test_import_kbert_works_and_loads_no_tensorflow():
 
 def test_minilm_backbone_from_preset_equals_transformers_on_token_ids(minilm_dir, features):
     outputs = kbert.BertBackbone.from_preset(minilm_dir)(features)
-    with torch.no_grad():
-        reference = transformers.BertModel.from_pretrained(minilm_dir).eval()(
-            input_ids=torch.tensor(features["token_ids"]).long(),
-            token_type_ids=torch.tensor(features["segment_ids"]).long(),
-            attention_mask=torch.tensor(features["padding_mask"]).long())
+    reference = transformers_outputs(transformers.BertModel.from_pretrained(minilm_dir).eval(), features)
     real = features["padding_mask"][:, :, None].astype(bool)
     sequence = keras.ops.convert_to_numpy(outputs["sequence_output"])
     np.testing.assert_allclose(np.where(real, sequence, 0), np.where(real, reference.last_hidden_state.numpy(), 0),

@@ -1,21 +1,11 @@
 import numpy as np
 import pytest
-import torch
 import transformers
 
 import kbert
 from kbert.models import task_inputs
-from tests.helpers import random_inputs, to_numpy
+from tests.helpers import random_inputs, to_numpy, transformers_outputs
 from tests.presets.test_huggingface_import import save_random_checkpoint
-
-
-def hf_outputs(hf_model, inputs):
-    with torch.no_grad():
-        return hf_model(
-            input_ids=torch.tensor(inputs["token_ids"]).long(),
-            token_type_ids=torch.tensor(inputs["segment_ids"]).long(),
-            attention_mask=torch.tensor(inputs["padding_mask"]).long(),
-        )
 
 
 def gather(logits, positions):
@@ -29,7 +19,7 @@ def test_masked_lm_logits_match_transformers(tmp_path, hidden_act):
     inputs = random_inputs(2, 10, 120)
     positions = np.array([[1, 4, 0], [2, 3, 1]], "int32")
     logits = to_numpy(model({**inputs, "mask_positions": positions})["mlm_logits"])
-    expected = gather(hf_outputs(hf_model, inputs).logits.numpy(), positions)
+    expected = gather(transformers_outputs(hf_model, inputs).logits.numpy(), positions)
     np.testing.assert_allclose(logits, expected, atol=1e-4)
 
 
@@ -39,7 +29,7 @@ def test_pretrainer_logits_match_transformers(tmp_path):
     inputs = random_inputs(3, 12, 120)
     positions = np.array([[1, 5], [2, 2], [0, 7]], "int32")
     outputs = model({**inputs, "mask_positions": positions})
-    reference = hf_outputs(hf_model, inputs)
+    reference = transformers_outputs(hf_model, inputs)
     np.testing.assert_allclose(
         to_numpy(outputs["mlm_logits"]), gather(reference.prediction_logits.numpy(), positions), atol=1e-4
     )

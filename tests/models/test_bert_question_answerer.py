@@ -4,7 +4,6 @@ import os
 import keras
 import numpy as np
 import pytest
-import torch
 import transformers
 
 import kbert
@@ -16,7 +15,7 @@ from kbert.models import BertQuestionAnswerer
 from kbert.text import question_answering as qa
 from kbert.text.offsets import char_offsets, split_words_with_offsets, tokenize_with_byte_spans
 from kbert.text import BertPreprocessor
-from tests.helpers import random_inputs, to_numpy
+from tests.helpers import random_inputs, to_numpy, transformers_outputs
 from tests.presets.test_huggingface_import import save_random_checkpoint
 
 SQUAD_SHIFTS = os.path.join(
@@ -53,12 +52,7 @@ def test_logits_match_transformers_question_answering(tmp_path):
     model = BertQuestionAnswerer.from_preset(str(tmp_path))
     inputs = random_inputs(3, 14, 120)
     outputs = model(inputs)
-    with torch.no_grad():
-        expected = hf_model(
-            input_ids=torch.tensor(inputs["token_ids"]).long(),
-            token_type_ids=torch.tensor(inputs["segment_ids"]).long(),
-            attention_mask=torch.tensor(inputs["padding_mask"]).long(),
-        )
+    expected = transformers_outputs(hf_model, inputs)
     real = inputs["padding_mask"].astype(bool)  # padding is never decoded
     for name in ("start_logits", "end_logits"):
         np.testing.assert_allclose(np.where(real, to_numpy(outputs[name]), 0),

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 import kbert
-from tests.helpers import random_inputs, to_numpy
+from tests.helpers import random_inputs, to_numpy, transformers_outputs
 
 PAIRS = (["a man is playing a guitar", "a cat sits on the mat", "the sky is blue today", "he eats an apple"],
          ["a man plays the guitar", "a dog runs in the park", "today the sky is clear and blue", "she is asleep"])
@@ -50,10 +50,7 @@ def test_a_hugging_face_checkpoint_loads_with_its_problem_type_logits_and_loss(t
     assert model.problem_type == problem_type
     inputs = random_inputs(3, 17, 120)
     labels = PROBLEMS[problem_type][1]
-    with torch.no_grad():
-        theirs = hf(input_ids=torch.tensor(inputs["token_ids"]).long(), token_type_ids=torch.tensor(
-            inputs["segment_ids"]).long(), attention_mask=torch.tensor(inputs["padding_mask"]).long(),
-            labels=torch.tensor(labels))
+    theirs = transformers_outputs(hf, inputs, labels=torch.tensor(labels))
     np.testing.assert_allclose(to_numpy(model(inputs)), theirs.logits.numpy(), atol=1e-4)
     model.compile()  # the default loss of the problem type: MSE, or binary cross-entropy on logits
     loss = model.evaluate(inputs, labels, batch_size=3, verbose=0, return_dict=True)["loss"]
@@ -68,9 +65,7 @@ def test_export_to_transformers_writes_the_problem_type_back(minilm_dir, tmp_pat
     hf = transformers.AutoModelForSequenceClassification.from_pretrained(str(tmp_path)).eval()
     assert hf.config.problem_type == problem_type
     features = {k: to_numpy(v) for k, v in model.preprocessor(TEXTS).items()}
-    with torch.no_grad():
-        theirs = hf(input_ids=torch.tensor(features["token_ids"]).long(), token_type_ids=torch.tensor(
-            features["segment_ids"]).long(), attention_mask=torch.tensor(features["padding_mask"]).long()).logits
+    theirs = transformers_outputs(hf, features).logits
     np.testing.assert_allclose(to_numpy(model(features)), theirs.numpy(), atol=1e-4)
     assert kbert.BertClassifier.from_preset(str(tmp_path)).problem_type == problem_type
 

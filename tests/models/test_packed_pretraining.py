@@ -5,12 +5,11 @@ label per sequence, masked-LM predictions per token."""
 import keras
 import numpy as np
 import pytest
-import torch
 import transformers
 
 import kbert
 from kbert.text.sequence_packing import pack_sequences, packed_row, sequence_ids_from_starts
-from tests.helpers import to_numpy
+from tests.helpers import to_numpy, transformers_outputs
 from tests.presets.test_huggingface_import import save_random_checkpoint
 
 CLS, SEP, VOCABULARY_SIZE, ROW_LENGTH = 2, 3, 120, 24
@@ -33,6 +32,11 @@ def random_sequences(lengths, seed=0):
             "next_sentence_label": int(rng.integers(0, 2)),
         })
     return sequences
+
+
+def transformers_alone(hf_model, sequence):
+    """transformers' outputs on one sequence, a batch of one."""
+    return transformers_outputs(hf_model, {key: [sequence[key]] for key in ("token_ids", "segment_ids")})
 
 
 def padded(values, length, dtype="int32"):
@@ -114,9 +118,7 @@ def test_packed_rows_give_each_sequence_what_it_gets_alone(pretrainers):
             # The same sequence alone through kbert (1e-5) and through transformers.
             np.testing.assert_allclose(mlm_logits[r, 2 * slot:2 * slot + 2], alone_mlm[i], atol=1e-5)
             np.testing.assert_allclose(nsp_logits[r, slot], alone_nsp[i], atol=1e-5)
-            with torch.no_grad():
-                reference = hf_model(input_ids=torch.tensor([s["token_ids"]]),
-                                     token_type_ids=torch.tensor([s["segment_ids"]]))
+            reference = transformers_alone(hf_model, s)
             np.testing.assert_allclose(mlm_logits[r, 2 * slot:2 * slot + 2],
                                        reference.prediction_logits.numpy()[0, s["mask_positions"]], atol=1e-4)
             np.testing.assert_allclose(nsp_logits[r, slot], reference.seq_relationship_logits.numpy()[0], atol=1e-4)
@@ -138,8 +140,7 @@ def test_packed_batch_has_the_losses_of_the_unpacked_batch(pretrainers):
     # And transformers' logits give the same losses.
     mlm, nsp = [], []
     for s in sequences:
-        with torch.no_grad():
-            reference = hf_model(input_ids=torch.tensor([s["token_ids"]]), token_type_ids=torch.tensor([s["segment_ids"]]))
+        reference = transformers_alone(hf_model, s)
         mlm.extend(cross_entropy(reference.prediction_logits.numpy()[0, s["mask_positions"]], s["mask_ids"]))
         nsp.append(cross_entropy(reference.seq_relationship_logits.numpy()[0], s["next_sentence_label"]))
     np.testing.assert_allclose(losses["mlm_logits_loss"], np.mean(mlm), atol=1e-4)

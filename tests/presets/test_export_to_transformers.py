@@ -17,7 +17,7 @@ import transformers
 from safetensors.numpy import load_file
 
 import kbert
-from tests.helpers import to_numpy
+from tests.helpers import to_numpy, transformers_outputs
 
 TEXTS = [
     "Jane Austen lived in Bath, and wrote a fine film's story.",
@@ -95,11 +95,7 @@ def kbert_and_hf_outputs(model, hf, preprocessor):
     if "mask_positions" in model.input:
         inputs["mask_positions"] = np.tile(np.arange(length, dtype="int32"), (len(TEXTS), 1))
     ours = model(inputs)
-    with torch.no_grad():
-        theirs = hf(input_ids=torch.tensor(features["token_ids"]).long(),
-                    token_type_ids=torch.tensor(features["segment_ids"]).long(),
-                    attention_mask=torch.tensor(features["padding_mask"]).long())
-    return ours, theirs, features["padding_mask"].astype(bool)
+    return ours, transformers_outputs(hf, features), features["padding_mask"].astype(bool)
 
 
 # kbert output -> transformers output, and whether it is per token.
