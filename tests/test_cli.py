@@ -327,7 +327,7 @@ def test_kbert_errors_are_one_line_on_stderr_and_debug_shows_the_traceback(tmp_p
     assert len(err.strip().splitlines()) == 1
 
     data = write(tmp_path, "train.csv", "text,label\na,0\nb,1\n")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r'Preset folder ".*nope" does not exist'):
         main(["train", "--data", data, "--output", str(tmp_path / "m"), "--preset", str(tmp_path / "nope"),
               "--debug"])
 
