@@ -10,7 +10,7 @@ import warnings
 import h5py
 import keras
 
-from kbert import text, tf_if_present
+from kbert import families, text, tf_if_present
 from kbert.presets import files, huggingface, loading, reader, tokenizer_files, weight_check
 
 TASK_WEIGHTS = "task.weights.h5"
@@ -168,6 +168,12 @@ def preset_preprocessor(cls, preset, sequence_length, backbone):
     if not tokenizer_runs(preset.folder):
         return None
     tokenizer = preset_tokenizer(preset, backbone.family, backbone.vocabulary_size)
+    if families.get(backbone.family).positions_after_padding and tokenizer.pad_id != backbone.position_offset - 1:
+        # RoBERTa's positions start after pad_token_id: padding with another id shifts every position.
+        raise ValueError(f"{preset.folder}: config.json has pad_token_id={backbone.position_offset - 1}, but its "
+                         f"tokenizer pads with id {tokenizer.pad_id}; this {backbone.family} model's positions start "
+                         "after the padding id, so the two must agree. Use the config.json and tokenizer files "
+                         "that came together.")
     sequence_length = sequence_length or preset.default_sequence_length(backbone.max_sequence_length)
     if sequence_length and sequence_length > backbone.max_sequence_length:
         raise ValueError(

@@ -4,6 +4,7 @@ model on the same folder; out again to transformers, to a SavedModel, and from
 a sentence-transformers folder (multilingual-e5's layout: XLM-R, mean pooling)."""
 
 import csv
+import json
 import shutil
 
 import numpy as np
@@ -210,3 +211,14 @@ def test_words_for_token_classification_get_the_ids_transformers_gives_split_wor
     hf = transformers.AutoTokenizer.from_pretrained(folder, add_prefix_space=True)
     for row, expected in zip(features["token_ids"].numpy(), hf(words, is_split_into_words=True)["input_ids"]):
         assert row[:len(expected)].tolist() == expected
+
+
+def test_a_config_whose_pad_token_id_is_not_its_tokenizers_is_refused(roberta_folder, tmp_path):
+    # RoBERTa's positions start after pad_token_id: another padding id would shift them all, silently.
+    folder = tmp_path / "roberta"
+    shutil.copytree(roberta_folder, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "pad_token_id": 0}))
+    with pytest.raises(ValueError, match=r"config\.json has pad_token_id=0, but its tokenizer pads with id 1; this "
+                                         r"roberta model's positions start after the padding id"):
+        kbert.TextClassifier.from_preset(str(folder))
