@@ -67,6 +67,13 @@ def tokenizer_class_name(folder, family):
 
 
 def no_tokenizer_message(folder):
+    for names in families.all_tokenizer_files():
+        present = [name for name in names if os.path.exists(os.path.join(folder, name))]
+        if present and len(present) < len(names):  # e.g. a byte-level BPE's vocab.json without its merges.txt
+            missing = [name for name in names if name not in present]
+            return (f"{folder} has {', '.join(present)} but not {', '.join(missing)}, which its tokenizer needs too, "
+                    "so the model takes token ids, not text. Copy the checkpoint's "
+                    f"{' and '.join(missing)} into the folder; pass preprocessor=None to say that you feed token ids.")
     return (f"{folder} has no tokenizer (neither {files.VOCABULARY} nor {TOKENIZER_JSON}), so the model takes token "
             "ids, not text. To give it text, copy the checkpoint's tokenizer files into the folder, or pass "
             "preprocessor=kbert.BertPreprocessor.from_preset(<a folder with them>); pass preprocessor=None to say "

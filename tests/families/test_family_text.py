@@ -222,3 +222,14 @@ def test_a_config_whose_pad_token_id_is_not_its_tokenizers_is_refused(roberta_fo
     with pytest.raises(ValueError, match=r"config\.json has pad_token_id=0, but its tokenizer pads with id 1; this "
                                          r"roberta model's positions start after the padding id"):
         kbert.TextClassifier.from_preset(str(folder))
+
+
+def test_a_byte_level_bpe_without_its_merges_is_named(roberta_folder, tmp_path):
+    folder = tmp_path / "roberta"
+    shutil.copytree(roberta_folder, folder)
+    for name in ("merges.txt", "tokenizer.json"):
+        (folder / name).unlink()
+    with pytest.warns(UserWarning, match=r"has vocab\.json but not merges\.txt, which its tokenizer needs too.*Copy "
+                                         r"the checkpoint's merges\.txt into the folder"):
+        model = kbert.TextClassifier.from_preset(str(folder))
+    assert model.preprocessor is None
