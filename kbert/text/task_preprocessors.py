@@ -81,7 +81,10 @@ class TokenClassifierPreprocessor(BertPreprocessor):
         if all(isinstance(sentence, (str, bytes)) for sentence in x):
             words = tc.text_words(self, tc.valid_utf8(tf.constant(list(x))))[0]  # bytes may be any
         else:
-            words = tf.ragged.constant(as_word_lists(x), dtype=tf.string, ragged_rank=1)
+            word_lists = as_word_lists(x)
+            if y is not None:
+                _check_words(word_lists)
+            words = tf.ragged.constant(word_lists, dtype=tf.string, ragged_rank=1)
         parts = (words,)
         if y is not None:
             tag_ids = self.tag_ids(y, words.row_lengths().numpy(), head or {})
@@ -151,6 +154,19 @@ class TokenClassifierPreprocessor(BertPreprocessor):
 
 # The name of the first releases (kbert.aliases).
 BertTokenClassifierPreprocessor = also_named(TokenClassifierPreprocessor, "BertTokenClassifierPreprocessor")
+
+
+def _check_words(sentences):
+    """Refuses, for training, a sentence without words and a word without
+    characters: neither gets a token to carry its tag, so its tag would be
+    dropped without a word."""
+    for i, words in enumerate(sentences):
+        if not len(words):
+            raise ValueError(f"Sentence {i} has no words (and so no tags to learn); drop it from the training data.")
+        for j, word in enumerate(words):
+            if not str(word.decode("utf-8", "replace") if isinstance(word, bytes) else word).strip():
+                raise ValueError(f"Sentence {i}, word {j} is {word!r}: a word needs characters to get a token for its "
+                                 "tag. Drop the word and its tag.")
 
 
 # Padding of the served token classifier's outputs, per sentence: words and

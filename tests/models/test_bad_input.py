@@ -161,3 +161,17 @@ def test_a_batch_size_that_is_not_a_whole_number_of_at_least_1_is_refused(minilm
             getattr(model, method)(*args, batch_size=batch_size)
     assert model.train_function is None and model.test_function is None and model.predict_function is None
     getattr(model, method)(*args, batch_size=np.int64(3))  # numpy's ints are whole numbers too
+
+
+@pytest.mark.parametrize("sentences, tags, match", [
+    ([["Jane", "Austen"], []], [[1, 2], []], r"Sentence 1 has no words \(and so no tags to learn\); drop it"),
+    ([["Jane", "", "Austen"]], [[1, 0, 2]], r"Sentence 0, word 1 is '': a word needs characters to get a token for "
+                                            r"its tag\. Drop the word and its tag\."),
+])
+def test_a_sentence_or_word_without_text_is_refused_naming_it(minilm_dir, sentences, tags, match):
+    backbone = kbert.Backbone(vocabulary_size=30522, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                              max_sequence_length=32)
+    model = kbert.TokenClassifier(backbone, num_classes=3,
+                                  preprocessor=kbert.TokenClassifierPreprocessor.from_preset(minilm_dir,
+                                                                                             sequence_length=16))
+    refused(model, "fit", sentences, tags, match)
