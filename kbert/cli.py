@@ -33,9 +33,9 @@ from kbert.presets.registry import format_presets, parameter_count
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # TensorFlow turns its oneDNN kernels on by itself only on CPUs with AVX-512
 # VNNI, BF16 or AMX. On the others (AVX2: AMD EPYC, older Intel) they run
-# BERT faster than its default Eigen kernels: MiniLM's float32 training step
-# 1.30x, inference 1.42x on an AMD EPYC (docs/benchmarks.md, "oneDNN"). The
-# command turns them on unless told otherwise (TF_ENABLE_ONEDNN_OPTS=0).
+# BERT faster than its default Eigen kernels (docs/benchmarks.md,
+# "TensorFlow's oneDNN kernels on CPUs without AVX-512"). The command turns
+# them on unless told otherwise (TF_ENABLE_ONEDNN_OPTS=0).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 # all-MiniLM-L6-v2: a small pre-trained uncased BERT, train's default preset,

@@ -59,8 +59,8 @@ def dense(x, kernel, bias, activation=None, training=False):
     `BiasAdd` (one `_FusedMatMul`), the exact GELU in its Erf form (which
     oneDNN, where on, fuses into the matmul; cheaper than `tf.nn.gelu`'s
     Erfc where not), in `training` with a hand-written gradient (faster
-    forward and back than autodiff's in bfloat16; docs/benchmarks.md). PyTorch: `linear`
-    (`addmm`)."""
+    forward and back than autodiff's in bfloat16; docs/benchmarks.md,
+    "Measurements behind the code"). PyTorch: `linear` (`addmm`)."""
     return _current().dense(x, kernel, bias, activation, training)
 
 
@@ -70,8 +70,9 @@ def layer_norm(x, gamma, beta, epsilon, training=False):
     dtype, as `keras.ops.layer_normalization`. TensorFlow, in `training`:
     with its gradient written out (far fewer ops per LayerNorm in
     a traced training step than autodiff's through the mean and variance,
-    most of those shape arithmetic; docs/benchmarks.md); on a CPU where every dimension is known, one
-    XLA computation forward, and in training one back."""
+    most of those shape arithmetic; docs/benchmarks.md, "Measurements behind
+    the code"); on a CPU where every dimension is known, one XLA computation
+    forward, and in training one back."""
     return _current().layer_norm(x, gamma, beta, epsilon, training)
 
 

@@ -76,7 +76,8 @@ def exact_bfloat16_softmax(with_gradient):
     # rounds once; Eigen's (oneDNN off, or a CPU without AVX-512, where
     # TensorFlow falls back to it even with oneDNN on) does not. TensorFlow's
     # gradient, `SoftmaxGrad` written in bfloat16 ops, rounds twice as often
-    # as that of a float32 softmax rounded (docs/benchmarks.md).
+    # as that of a float32 softmax rounded (docs/benchmarks.md, "Attention on
+    # TensorFlow").
     return not with_gradient and _graph_softmax_of_bfloat16_is_exact()
 
 
@@ -97,17 +98,17 @@ def fuses_attention(dropout=False):
     # `ops.dot_product_attention` is separate ops here, and scales and masks
     # the [batch, heads, length, length] logits in float32: written out
     # (the queries scaled, the mask added as a bias), attention takes fewer
-    # passes over them (docs/benchmarks.md).
+    # passes over them (docs/benchmarks.md, "Attention on TensorFlow").
     return False
 
 
 def adam_update(variable, gradient, m, v, beta_1_power, beta_2_power, learning_rate, beta_1, beta_2, epsilon):
-    # Keras' update is about 20 ops a variable (moments, powers, square
-    # root, divide, casts): some 2,000 in MiniLM's step, which the first
-    # `fit` traces and optimises. `ResourceApplyAdam` computes the same
-    # formula in one. Under a strategy, Keras calls this once per replica's
-    # copy, and a distributed variable's `handle` is that replica's (a TPU's
-    # variables are not plain handles: Keras' update there).
+    # Keras' update is many ops a variable (moments, powers, square root,
+    # divide, casts), each of which the first `fit` traces and optimises;
+    # `ResourceApplyAdam` computes the same formula in one (docs/benchmarks.md,
+    # "Measurements behind the code"). Under a strategy, Keras calls this
+    # once per replica's copy, and a distributed variable's `handle` is that
+    # replica's (a TPU's variables are not plain handles: Keras' update there).
     variable, m, v = (x.value if isinstance(x, keras.Variable) else x for x in (variable, m, v))
     if (variable.dtype != tf.float32 or isinstance(gradient, tf.IndexedSlices)
             or isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy)):
@@ -181,7 +182,8 @@ def sum_replicas(values):
 def remat_in_turn(run, count):
     # Both ways are `tf.while_loop`s over `i`, so `run` is traced (and the
     # graph optimised) once, however many calls there are: unrolled, each
-    # call added about 6 s of tracing forward and back to the first step.
+    # call added its own tracing forward and back to the first step
+    # (docs/benchmarks.md, "Measurements behind the code").
     # Under XLA the calls stay unrolled, with `i` a constant: XLA clamps a
     # slice that starts at a computed index to fit (the last mini-batch
     # read rows of the one before it).

@@ -21,10 +21,10 @@ def custom_gradient(f):
     registry that never lets go of it (tensorflow/tensorflow#97697), and the
     function holds the traced graph: every new trace of a training step
     kept its whole graph alive, and with GradCache the model too (an
-    embedder's `fit` with `mini_batch_size` grew the process by about 0.5
-    GB a call). The entries a call adds are its own and those of custom
-    gradients inside it that nothing differentiates (GradCache's first
-    pass); the tape that takes the gradient holds its own reference, so
+    embedder's `fit` with `mini_batch_size` grew the process with every
+    call: docs/benchmarks.md, "Measurements behind the code"). The entries
+    a call adds are its own and those of custom gradients inside it that
+    nothing differentiates (GradCache's first pass); the tape that takes the gradient holds its own reference, so
     nothing else needs them. The registry is private: where it is not a
     dict of names, entries are left as TensorFlow leaves them.
     """
@@ -85,12 +85,12 @@ def erf_gelu(x):
 # pass over memory (the GELU's is 5 forward and 7 back, each reading and
 # writing a [tokens, intermediate] tensor); XLA compiles the chain into one
 # loop. A function compiled this way inside a graph that is not runs as one
-# op, and the matmuls around it stay oneDNN's. XLA compiles each new shape
-# (about 40 ms for the GELU), so only statically shaped tensors are fused:
-# the batches of a fixed length (pre-training, `fit` on padded arrays) and
-# not those padded to each batch's longest text. Computed in float32,
-# rounded once. One [4096, 3072] bfloat16 GELU forward and back (BERT-base's
-# feed-forward at 32 x 128): 23 ms as TensorFlow's ops, 6 ms fused.
+# op, and the matmuls around it stay oneDNN's. XLA compiles each new shape,
+# so only statically shaped tensors are fused: the batches of a fixed length
+# (pre-training, `fit` on padded arrays) and not those padded to each
+# batch's longest text. Computed in float32, rounded once. (Timings of both
+# paths: docs/benchmarks.md, "Elementwise chains fused by XLA on TensorFlow,
+# where shapes are static".)
 
 
 def fuses_with_xla(shape, dtype=None):
@@ -169,9 +169,10 @@ def _layer_norm_gradient(upstream, gamma, normalized, scale):
 
 def _fused_layer_norm(x, gamma, beta, epsilon):
     # `_layer_norm`'s formulas, each way one XLA computation (the casts in
-    # it): a [4096, 768] bfloat16 LayerNorm forward and back, 6.8 ms as
-    # TensorFlow's ops, 4.1 ms fused. The way back recomputes the statistics
-    # from `x` instead of keeping float32 copies.
+    # it), faster than TensorFlow's ops forward and back (docs/benchmarks.md,
+    # "Elementwise chains fused by XLA on TensorFlow, where shapes are
+    # static"). The way back recomputes the statistics from `x` instead of
+    # keeping float32 copies.
     @custom_gradient
     def normalize(x, gamma, beta):
         return (_xla_layer_norm(x, gamma, beta, epsilon),

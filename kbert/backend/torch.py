@@ -39,8 +39,8 @@ def dense(x, kernel, bias, activation=None, training=False):
 def random_int16(shape, seed_generator):
     # A full-range int64 (`random_(-2**63, None)`: two raw 32-bit words) is
     # drawn in half the time per bit of a ranged int32 draw, which reduces
-    # every word modulo the range: 3.1M words' worth of bits in 5-6 ms
-    # instead of 12-13 ms. The generator is seeded as Keras seeds it.
+    # every word modulo the range (docs/benchmarks.md, "Measurements behind
+    # the code"). The generator is seeded as Keras seeds it.
     if torch_seed_generator is None:
         return default.random_int16(shape, seed_generator)
     last = shape[-1]
@@ -77,8 +77,8 @@ def fuses_attention(dropout=False):
     # With dropout, a CPU's `scaled_dot_product_attention` falls back to its
     # math kernel, which draws a float per probability (`bernoulli_`): the
     # written-out attention with kbert's 16-bit masks is faster there
-    # (docs/benchmarks.md). A GPU's memory-efficient and flash kernels drop
-    # inside the kernel.
+    # (docs/benchmarks.md, "Attention on PyTorch and JAX in training"). A
+    # GPU's memory-efficient and flash kernels drop inside the kernel.
     return not dropout or (get_device is not None and str(get_device()).startswith("cuda"))
 
 

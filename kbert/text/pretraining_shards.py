@@ -220,7 +220,8 @@ def _write_shard(job, tokenizer=None):
 
 def _tokenized_documents(path, tokenizer, block=4096):
     """The file's documents as lists of WordPiece id lists, tokenized
-    `block` sentences per call (a call per document costs ~40x more)."""
+    `block` sentences per call: a call per document costs far more
+    (docs/benchmarks.md, "Measurements behind the code")."""
     documents, sentences = [], 0
     for document in _then_none(read_documents(path)):
         if document is not None:

@@ -21,8 +21,9 @@ class GlobalBatchGradients:
         # TensorFlow's sparse gradients hold a row once per use in the batch,
         # and Keras' Adam squares them before it adds the repeated rows up:
         # the second moment of a position embedding, used by every row, then
-        # comes out smaller and its step larger (1.9x on a tiny pre-trainer).
-        # Keras' clipping does the same (a norm of the slices). Each row once:
+        # comes out smaller and its step larger (docs/benchmarks.md,
+        # "Measurements behind the code"). Keras' clipping does the same (a
+        # norm of the slices). Each row once:
         grads = [backend.rows_once(g) for g in grads]
         if self._sums_replicas_before_clipping():
             # Under a tf.distribute strategy Keras clips each replica's
@@ -83,8 +84,9 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
     Keras' PyTorch update makes about a dozen passes over every weight and its
     two moments (decay, two moment updates, square, square root, epsilon,
     scale, divide, subtract); the fused kernel reads and writes each once. For
-    BERT fine-tuning the update is a few percent of a step on a CPU (the
-    30,522-row word embedding is updated densely).
+    BERT fine-tuning the update is a small part of a step on a CPU (the
+    30,522-row word embedding is updated densely; docs/benchmarks.md, "Where
+    a PyTorch training step spends its time").
 
     Gradients as `GlobalBatchGradients` gives them. Same update as Keras:
     the decay `w -= learning_rate * weight_decay * w` first (none on the
@@ -172,8 +174,9 @@ class AdamW(GlobalBatchGradients, keras.optimizers.AdamW):
 
     def _decays_in_update_step(self):
         # TensorFlow: Keras' pass of weight decay computes the learning rate
-        # (the schedule) again for every decayed variable: about 1,000 ops
-        # of MiniLM's traced step. Each variable's update decays it instead.
+        # (the schedule) again for every decayed variable, ops that the traced
+        # step then carries (docs/benchmarks.md, "Measurements behind the
+        # code"). Each variable's update decays it instead.
         return keras.backend.backend() == "tensorflow"
 
     def _fused(self, variables=None):
