@@ -7,6 +7,8 @@ the same row format (`kbert.families.tables`). Importing runs the rows
 forwards (`assign`), exporting backwards (`tensors_of`, `hf_config`).
 """
 
+import pickle
+
 import keras
 import ml_dtypes
 import numpy as np
@@ -79,6 +81,11 @@ def read_checkpoint(path):
             ) from e
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:  # weights_only refused an object that is not a tensor
+            raise ValueError(
+                f"{path} holds pickled objects other than tensors, which could run code as they load; kbert does "
+                "not unpickle them. Use the checkpoint's model.safetensors, or a .bin file of tensors alone."
+            ) from e
         except (RuntimeError, OSError, EOFError, ValueError) as e:
             raise ValueError(
                 f"{path} is not a readable PyTorch checkpoint ({type(e).__name__}: {e}). {how_to_replace(path)}"

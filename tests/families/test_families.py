@@ -12,7 +12,7 @@ import torch
 import transformers
 
 import kbert
-from tests.helpers import to_numpy
+from tests.helpers import to_numpy, transformers_outputs
 
 VOCABULARY = 90
 # (kbert task, its arguments, transformers class suffix, output of kbert, of transformers)
@@ -60,9 +60,7 @@ def random_ids(batch=3, length=11, seed=0):
 
 
 def hf_outputs(model, inputs, suffix):
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor(inputs["token_ids"]).long(),
-                    attention_mask=torch.tensor(inputs["padding_mask"]).long())
+    out = transformers_outputs(model, {k: inputs[k] for k in ("token_ids", "padding_mask")})
     if suffix == "Model":
         return {"sequence_output": out.last_hidden_state.numpy()}
     if suffix == "ForQuestionAnswering":

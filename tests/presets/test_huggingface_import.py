@@ -2,7 +2,6 @@
 
 import json
 import os
-import pickle
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ import torch
 import transformers
 
 import kbert
-from tests.helpers import random_inputs, to_numpy
+from tests.helpers import random_inputs, to_numpy, transformers_outputs
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -24,14 +23,7 @@ PAIRS = (
 
 
 def run_both(kbert_model, hf_model, inputs):
-    outputs = kbert_model(inputs)
-    with torch.no_grad():
-        reference = hf_model(
-            input_ids=torch.tensor(inputs["token_ids"]).long(),
-            token_type_ids=torch.tensor(inputs["segment_ids"]).long(),
-            attention_mask=torch.tensor(inputs["padding_mask"]).long(),
-        )
-    return outputs, reference
+    return kbert_model(inputs), transformers_outputs(hf_model, inputs)
 
 
 def assert_matches(outputs, reference, padding_mask, atol=1e-4):
@@ -129,7 +121,8 @@ def test_pickled_code_in_a_bin_checkpoint_is_never_run(tmp_path, monkeypatch):
     save_random_checkpoint(tmp_path, safe=False)
     torch.save({"embeddings.word_embeddings.weight": _RunsCode()}, tmp_path / "pytorch_model.bin")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin holds pickled objects other than tensors.*kbert does "
+                                         r"not unpickle them\. Use the checkpoint's model\.safetensors"):
         kbert.BertBackbone.from_preset(str(tmp_path))
     assert not os.path.exists(tmp_path / "pwned")
 
