@@ -141,6 +141,7 @@ def task_from_preset(cls, preset, sequence_length, kwargs):
             load_saved_head(model, preset.folder, saved)
         return model
     tensors = preset.tensors()
+    huggingface.check_family(tensors, backbone.family, preset.weights_path)
     arguments, new_head = _head_arguments(cls, cls.hf_head_config(preset, tensors), kwargs)
     model = cls(backbone=backbone, preprocessor=preprocessor, **arguments)
     loading.load_hf_backbone_weights(backbone, preset.weights_path, tensors)

@@ -109,6 +109,20 @@ def backbone_prefix(tensors, family="bert"):
     return prefix if any(k.startswith(prefix + "embeddings.") for k in tensors) else ""
 
 
+def check_family(tensors, family, source):
+    """Refuses a checkpoint that holds no backbone weight of `family` (the
+    config's `model_type`), bare or under the family's task prefix: its
+    weights are another family's (RoBERTa's under `model_type: bert`)."""
+    kind = families.get(family)
+    if not any(kind.reads(name) or kind.reads(name, kind.prefix) for name in tensors):
+        firsts = sorted({name.split(".")[0] + "." for name in tensors})
+        raise ValueError(
+            f"The weights in {source} do not match its config: config.json describes a {kind.name} model "
+            f'(model_type "{family}"), whose weights start with {" or ".join(kind.prefix + p for p in kind.backbone_parts)}, '
+            f"but these start with {', '.join(firsts[:5])}. Use the config.json that came with these weights."
+        )
+
+
 def assign(table, tensors, prefix="", source="checkpoint"):
     """Checks every row of `table` against `tensors`, then assigns them all.
 

@@ -175,3 +175,13 @@ def test_every_family_keeps_the_family_contract():
         families._check((broken,))
     with pytest.raises(TypeError, match='model_type "bert" is claimed by both BERT and BERT'):
         families._check((families.get("bert"), families.get("bert")))
+
+
+def test_weights_of_another_family_under_a_bert_config_are_refused(tmp_path):
+    save_checkpoint(tmp_path, "roberta", "ForSequenceClassification")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
+    with pytest.raises(ValueError, match=r'config\.json describes a BERT model \(model_type "bert"\), whose weights '
+                                         r"start with bert\.embeddings\. or .*but these start with classifier\., "
+                                         r"roberta\."):
+        kbert.TextClassifier.from_preset(str(tmp_path))
