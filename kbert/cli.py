@@ -23,7 +23,8 @@ import tempfile
 
 # Both import only the standard library (kbert_cli.py loads them on their own).
 from kbert.cli_data import (
-    PROBLEM_TYPES, UsageError, encode_labels, label_lists, model_label_ids, problem_type, read_table, scores,
+    PROBLEM_TYPES, UsageError, encode_labels, integer_classes_note, label_lists, model_label_ids, problem_type,
+    read_table, scores,
 )
 from kbert.presets.registry import format_presets, parameter_count
 
@@ -77,6 +78,9 @@ def _train(args):
     kbert = _import_kbert()
     table = read_table(args.data, args.text_column, args.label_column, args.text_pair_column, args.max_examples)
     kind = problem_type(table.labels, args.problem_type, args.label_separator)
+    note = integer_classes_note(table.labels, args.problem_type) if kind == "single_label_classification" else None
+    if note:
+        print(note, file=sys.stderr)
     if kind == "regression":
         labels, num_classes, class_names = scores(table.labels, table.places), 1, None
     elif kind == "multi_label_classification":

@@ -217,6 +217,19 @@ def problem_type(labels, chosen, separator):
     return "single_label_classification"
 
 
+def integer_classes_note(labels, chosen):
+    """Where "auto" read a column of whole numbers as class ids, a line that
+    says so and how to train on them as scores instead (a 0-5 similarity
+    score is a number, not six classes); None otherwise."""
+    if chosen != "auto" or not labels or not all(_is_integer(label) for label in labels):
+        return None
+    values = sorted({int(float(label)) for label in labels})
+    if len(values) < 3:  # 0/1: the classes of nearly every binary data set
+        return None
+    return (f"The labels are whole numbers ({_listing([str(v) for v in values])}): read as {len(values)} classes. "
+            "If they are scores or ratings to predict as numbers, pass --problem-type regression.")
+
+
 def _is_number(label):
     try:
         return math.isfinite(float(label))

@@ -14,7 +14,7 @@ import keras
 import pytest
 
 from kbert.cli import build_parser, main
-from kbert.cli_data import MAX_FIELD_CHARS, UsageError, encode_labels
+from kbert.cli_data import MAX_FIELD_CHARS, UsageError, encode_labels, integer_classes_note
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
 MR = os.path.join(DATA, "mr")
@@ -441,3 +441,13 @@ def test_a_subcommand_prints_no_tensorflow_startup_lines(tmp_path):
                             timeout=120)
     assert result.returncode == 2
     assert result.stderr == f"kbert serve-check: error: No SavedModel folder at {missing}\n", result.stderr[-2000:]
+
+
+def test_whole_number_labels_read_as_classes_say_how_to_ask_for_regression():
+    # A 0-5 similarity score (Chinese STS-B) is a number to predict, not six classes.
+    note = integer_classes_note(["0", "3", "5", "2", "1", "4"], "auto")
+    assert note == ("The labels are whole numbers (0, 1, 2, 3, 4, 5): read as 6 classes. If they are scores or "
+                    "ratings to predict as numbers, pass --problem-type regression.")
+    assert integer_classes_note(["0", "1", "1"], "auto") is None  # binary labels
+    assert integer_classes_note(["0", "3", "5"], "single_label_classification") is None  # chosen
+    assert integer_classes_note(["neg", "pos", "neutral"], "auto") is None
