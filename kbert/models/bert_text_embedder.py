@@ -315,7 +315,8 @@ class TextEmbedder(Task):
         if files.is_kbert_layout(folder) or not st.is_sentence_transformers_folder(folder):
             return super().from_preset(preset, sequence_length, **kwargs)
         settings = st.read_folder(folder)
-        head = {k: settings[k] for k in ("pooling", "normalize", "prompts", "default_prompt_name", "include_prompt")}
+        head = {k: settings[k] for k in ("pooling", "normalize", "prompts", "default_prompt_name", "include_prompt",
+                                         "truncate_dim")}
         head["dense"] = [{k: d[k] for k in _DENSE_KEYS} for d in settings["dense"]]
         transformer = reader.read_preset(settings["transformer_folder"])
         if "preprocessor" not in kwargs and task_presets.tokenizer_runs(folder):

@@ -147,6 +147,12 @@ def read_folder(folder):
             f"which is not among its prompts ({', '.join(prompts) or 'none'}); fix the file."
         )
     settings["default_prompt_name"] = default
+    truncate_dim = config.get("truncate_dim")  # sentence-transformers 5.1 and later write it
+    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
+                                     or truncate_dim < 1):
+        raise ValueError(f"{os.path.join(folder, SENTENCE_TRANSFORMERS_CONFIG)} has truncate_dim={truncate_dim!r}; "
+                         "it is the number of leading values each embedding keeps, a positive int. Fix the file.")
+    settings["truncate_dim"] = truncate_dim
     return settings
 
 
@@ -303,7 +309,9 @@ def write_folder(embedder, path, dtype="float32"):
         os.makedirs(os.path.join(path, modules[-1][0]), exist_ok=True)
     files.write_json(path, MODULES, [{"idx": i, "name": str(i), "path": folder, "type": f"sentence_transformers.models.{kind}"}
                                 for i, (folder, kind) in enumerate(modules)])
-    files.write_json(path, SENTENCE_TRANSFORMERS_CONFIG, {"prompts": embedder.prompts,
-                                                      "default_prompt_name": embedder.default_prompt_name,
-                                                      "similarity_fn_name": "cosine"})
+    config = {"prompts": embedder.prompts, "default_prompt_name": embedder.default_prompt_name,
+              "similarity_fn_name": "cosine"}
+    if embedder.truncate_dim is not None:
+        config["truncate_dim"] = embedder.truncate_dim
+    files.write_json(path, SENTENCE_TRANSFORMERS_CONFIG, config)
     return path

@@ -181,3 +181,16 @@ def test_a_module_kbert_cannot_reproduce_is_refused(tiny_bert, tmp_path):
     with pytest.raises(ValueError, match="Softplus.*kbert reproduces torch's Identity, Tanh"):
         kbert.BertTextEmbedder.from_preset(folder)
     shutil.rmtree(folder)
+
+
+def test_truncate_dim_is_read_from_and_written_to_sentence_transformers_folders(tiny_bert, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    folder = st_folder(tiny_bert, tmp_path / "st", normalize=True, truncate_dim=16)
+    embedder = assert_encodes_as_sentence_transformers(folder)
+    assert embedder.truncate_dim == 16 and embedder.encode(TEXTS).shape == (len(TEXTS), 16)
+    # And out: sentence-transformers reads the kbert folder at 16 dimensions too.
+    embedder.export_to_transformers(str(tmp_path / "out"))
+    reference = SentenceTransformer(str(tmp_path / "out"), device="cpu")
+    assert reference.truncate_dim == 16
+    np.testing.assert_allclose(reference.encode(TEXTS, convert_to_numpy=True), embedder.encode(TEXTS), atol=1e-4)
