@@ -31,7 +31,8 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
     - training: `default_loss()`, `default_metrics()`,
       `default_weighted_metrics()`, `reads_pooler` (`task_training.py`);
     - Hugging Face's checkpoints of it: `hf_head_table()`, `hf_head_config()`;
-    - serving: `serving_function()`, `serving_weights_to_cast()`.
+    - serving: `serving_function()` (what `export` serves),
+      `serving_weights_to_cast()`.
     The shared code is split by role too: this file (Keras' lifecycle),
     `task_inputs.py` (raw input), `task_answers.py` (answers and export),
     `task_presets.py` (presets), `task_training.py` (what trains, and its schedule)."""
@@ -308,9 +309,16 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         return task_answers.export(self, filepath, pairs=pairs, top_k=top_k)
 
     def serving_function(self, pairs=False, top_k=5, head=None):
-        """`(serve, input_signature, fills)` for the SavedModel writer: raw
-        strings in, the task's answers out, as TensorFlow ops."""
-        return task_answers.serving_function(self, pairs=pairs, top_k=top_k, head=head or self.head_settings())
+        """`(serve, input_signature, fills)` that `export` hands the SavedModel
+        writer: raw strings in, the task's answers out, as TensorFlow ops
+        (the preprocessor's answering around the model; `head`: the
+        `head_settings()` it reads, by default the model's). A subclass
+        overrides it to change what its exports serve (e.g. `serve` wrapped
+        to add an output); the Python helpers (`classify`, `entities`, ...)
+        keep the preprocessor's answers. (On JAX and PyTorch a TensorFlow
+        process rebuilds the model to export it, and knows kbert's classes
+        only: export a subclass of your own on the TensorFlow backend.)"""
+        return task_answers.serving_function(self, pairs=pairs, top_k=top_k, head=head)
 
     def serving_weights_to_cast(self):
         """The dense layers whose weights a served model stores cast to

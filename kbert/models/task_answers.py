@@ -39,7 +39,8 @@ def export(model, filepath, head=None, **arguments):
     path = saved_model.check_new_version(filepath)  # refused before any work
     if keras.backend.backend() != "tensorflow":
         return _export_through_tensorflow(model, path, arguments)
-    serve, signature, fills = serving_function(model, pairs=pairs, top_k=top_k, head=head)
+    # The model's own hook: a subclass that overrides it changes what is served.
+    serve, signature, fills = model.serving_function(pairs=pairs, top_k=top_k, head=head)
     return saved_model.write_saved_model(model, path, serve, signature, fills, cast=model.serving_weights_to_cast())
 
 
@@ -100,6 +101,16 @@ def answers_in_slices(model, inputs, batch_size=32, pairs=False, top_k=5, head=N
 
 
 def _export_through_tensorflow(model, path, arguments):
+    cls = type(model)
+    if cls.__module__.split(".")[0] != "kbert":
+        # The TensorFlow process imports kbert alone: it cannot rebuild a
+        # class defined elsewhere, nor run its serving_function.
+        raise ValueError(
+            f"{cls.__name__} is exported on the {keras.backend.backend()} backend by a TensorFlow process that "
+            f"rebuilds the model from a preset, and that process knows kbert's classes only, not {cls.__module__}'s. "
+            f"Save it with model.save_to_preset(folder), then, with KERAS_BACKEND=tensorflow, "
+            f"{cls.__name__}.from_preset(folder).export(path)."
+        )
     with tempfile.TemporaryDirectory() as preset:
         model.save_to_preset(preset)
         command = [sys.executable, "-c", _EXPORT_IN_TENSORFLOW, preset, path, json.dumps(arguments)]

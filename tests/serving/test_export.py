@@ -412,6 +412,45 @@ def test_hostile_inputs_get_finite_answers_of_the_right_shape(exports):
     assert np.array(answers["masked_lm"]["probabilities"]).shape == (len(texts), 1, 3)
 
 
+class MarginClassifier(kbert.BertClassifier):
+    """Serves each text's margin between its two logits beside the answers."""
+
+    def serving_function(self, pairs=False, top_k=5, head=None):
+        serve, signature, fills = super().serving_function(pairs=pairs, top_k=top_k, head=head)
+
+        def with_margin(*inputs):
+            answers = serve(*inputs)
+            return {**answers, "margin": answers["logits"][:, 1] - answers["logits"][:, 0]}
+
+        return with_margin, signature, fills
+
+
+@once
+def test_an_overridden_serving_function_changes_what_the_export_serves(exports, tmp_path):
+    models, paths, _ = exports
+    classifier = models["classifier"]
+    subclass = MarginClassifier(classifier.backbone, 2, classifier.preprocessor, class_names=classifier.class_names)
+    subclass.get_layer("logits").set_weights(classifier.get_layer("logits").get_weights())
+    served = serve({"subclass": (subclass.export(str(tmp_path / "margin")), {"text": TEXTS}),
+                    "classifier": (paths["classifier"], {"text": TEXTS})})
+    logits = np.array(served["classifier"]["logits"])
+    np.testing.assert_allclose(served["subclass"]["margin"], logits[:, 1] - logits[:, 0], atol=1e-5)
+    # Beside the margin, the answers of the class it overrides; which serves none.
+    assert "margin" not in served["classifier"]
+    np.testing.assert_allclose(served["subclass"]["logits"], logits, atol=1e-5)
+    assert served["subclass"]["strings"] == served["classifier"]["strings"]
+
+
+@pytest.mark.skipif(keras.backend.backend() == "tensorflow",
+                    reason="on TensorFlow the model exports in this process, its serving_function included")
+def test_a_subclass_defined_outside_kbert_is_refused_an_export_through_tensorflow_saying_how(minilm_dir, tmp_path):
+    model = MarginClassifier(tiny_backbone(), 2, kbert.BertPreprocessor.from_preset(minilm_dir, sequence_length=32))
+    with pytest.raises(ValueError, match=r"knows kbert's classes only.*KERAS_BACKEND=tensorflow, "
+                                         r"MarginClassifier\.from_preset\(folder\)\.export\(path\)"):
+        model.export(str(tmp_path / "margin"))
+    assert not (tmp_path / "margin").exists()
+
+
 def test_exports_use_tf_serving_version_folders(exports):
     models, paths, root = exports
     assert paths["classifier"] == str(root / "sentiment" / "1")
