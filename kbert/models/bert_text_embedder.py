@@ -99,6 +99,7 @@ class TextEmbedder(Task):
     """
 
     preprocessor_cls = text.ByName("BertTextEmbedderPreprocessor")
+    reads_pooler = False  # the pooler ([CLS] dense + tanh) is no part of an embedding: `fit` never trains it
 
     def __init__(self, backbone, preprocessor=None, pooling="mean", normalize=True, dense=(), prompts=None,
                  default_prompt_name=None, include_prompt=True, truncate_dim=None, **kwargs):
@@ -236,12 +237,6 @@ class TextEmbedder(Task):
         loads (`kbert.presets.sentence_transformers.write_folder`)."""
         return st.write_folder(self, path, dtype)
 
-    def _trained_variables(self):
-        # The pooler ([CLS] dense + tanh) is no part of an embedding: `fit`
-        # never trains it, and the optimizer holds no state for it.
-        pooler = {id(v) for v in self.backbone.pooled_dense.weights}
-        return [v for v in self.trainable_variables if id(v) not in pooler]
-
     @property
     def include_prompt(self):
         """Whether the pooling takes a prompt's tokens (see the class); fixed
@@ -298,10 +293,10 @@ class TextEmbedder(Task):
             tuple(preprocessor.features(t, head, pad_to=pad_to) for t in texts), scores)))
         if self._compiled_by_default:
             schedule_learning_rate(self, steps, epochs)
-        # The pooler ([CLS] dense + tanh) is no part of an embedding: left
-        # out of what fit trains, Keras does not warn that it gets no gradient.
+        self._build_optimizer()
+        # It trains what this model trains (`trainable_variables`: not the pooler, nor weights frozen by LoRA).
         return contrastive_fit.fit_columns(self, dataset, steps, len(columns), loss, batch_size, epochs,
-                                           mini_batch_size, frozen=self.backbone.pooled_dense.weights, **kwargs)
+                                           mini_batch_size, **kwargs)
 
     # === Presets ===
 

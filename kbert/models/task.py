@@ -177,13 +177,18 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         strategy (Keras builds them under one): created inside the first
         traced train step instead, each variable's initialisation becomes a
         function of its own, which made a first `fit` seconds slower
-        (docs/benchmarks.md, "Measurements behind the code")."""
+        (docs/benchmarks.md, "Measurements behind the code"). An optimizer
+        built for other variables (a `fit`, then `enable_lora`) is replaced
+        first (`_optimizer_for`)."""
+        trained = self._trained_variables()
+        self._optimizer_for(trained)
         if (any_backend or tensorflow_without_strategy(self)) and not self.optimizer.built:
-            self.optimizer.build(self._trained_variables())
+            self.optimizer.build(trained)
 
     def _trained_variables(self):
-        """The variables `fit` trains, in the order the optimizer holds their
-        state (which `save` writes and `load_model` reads back by position)."""
+        """The variables `fit` trains (`TrainedWeights`, the one place that
+        decides), in the order the optimizer holds their state (which `save`
+        writes and `load_model` reads back by position)."""
         return self.trainable_variables
 
     # === Raw text in ===

@@ -17,6 +17,7 @@ import numpy as np
 from keras import ops
 
 from kbert import backend
+from kbert.backend import keras_private
 from kbert.tf_if_present import tf
 from kbert.training.contrastive import batches_without_duplicates
 from kbert.training.distribution import DistributedTraining
@@ -71,8 +72,9 @@ def column_batches(columns, scores, batch_size, epochs, seed=None, no_duplicates
 
 
 def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_size, epochs=1, mini_batch_size=None,
-                frozen=(), **kwargs):
-    """Trains `embedder`'s weights on batches of `num_columns` columns:
+                **kwargs):
+    """Trains `embedder`'s trainable variables (`embedder.trainable_variables`:
+    those it says it trains) on batches of `num_columns` columns:
     `fit` of a `columns_model` of it (or, with `mini_batch_size`, its
     `CachedColumnsModel`) with `loss` and the embedder's optimizer and
     `jit_compile`. Callbacks are given the embedder as their model (what
@@ -88,15 +90,13 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
         loss: a loss of `[batch, columns, dim]` embeddings
             (`kbert.training.contrastive`).
         mini_batch_size: GradCache's mini-batch (see `CachedColumnsModel`), or None.
-        frozen: variables of the embedder that this fit leaves as they are
-            (the layers themselves stay as they are).
         **kwargs: for Keras' `fit`.
     """
     # Made in the strategy the embedder was built in (if any), so that fit
     # runs on its replicas.
-    strategy = getattr(embedder, "_distribute_strategy", None)
+    strategy = keras_private.distribute_strategy(embedder)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        model = columns_model(embedder, num_columns, frozen)
+        model = columns_model(embedder, num_columns)
         # Under a tf.distribute strategy each replica runs its share of
         # the global batch, in as many mini-batches as that needs.
         replicas = strategy.num_replicas_in_sync if strategy is not None else 1
@@ -107,7 +107,7 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
             model = CachedColumnsModel(model, mini_batch_size, mini_batches)
         model.compile(optimizer=embedder.optimizer, loss=loss, jit_compile=embedder.jit_compile)
         if not embedder.optimizer.built:
-            # Over the variables trained here, frozen ones left out: the
+            # Over the variables trained here, in the embedder's order: the
             # optimizer's state is saved and loaded back in this order.
             embedder.optimizer.build(model.trainable_variables)
     kwargs.pop("shuffle", None)  # done in the batches, per epoch
@@ -121,20 +121,22 @@ def fit_columns(embedder, dataset, steps_per_epoch, num_columns, loss, batch_siz
 
 
 class _ColumnsTraining:
-    """Mixed into a model that trains an embedder's variables, less `frozen` ones
-    (held out of its trainable variables, passed in rather than switched
-    on the embedder's layers), on behalf of the embedder: `stop_training`
-    and `history`, which callbacks set on their model, are the embedder's."""
+    """Mixed into a model that trains an embedder's variables on behalf of
+    the embedder: those the embedder says it trains (its own
+    `trainable_variables`, which may leave out some that Keras' flags count
+    trainable: a `Task`'s pooler), not Keras' flags of its layers;
+    `stop_training` and `history`, which callbacks set on their model, are
+    the embedder's."""
 
-    def _train_for(self, embedder, frozen):
+    def _train_for(self, embedder):
         # Kept outside Keras' tracking: the embedder is a layer of this
         # model already, and its variables are this model's.
         self.__dict__["_embedder"] = embedder
-        self.__dict__["_frozen"] = frozenset(id(v) for v in frozen)
 
     def _held(self, variables):
-        frozen = self.__dict__.get("_frozen", frozenset())
-        return [v for v in variables if id(v) in frozen], [v for v in variables if id(v) not in frozen]
+        embedder = self.__dict__.get("_embedder")
+        trained = {id(v) for v in (variables if embedder is None else embedder.trainable_variables)}
+        return [v for v in variables if id(v) not in trained], [v for v in variables if id(v) in trained]
 
     @property
     def trainable_variables(self):
@@ -175,17 +177,17 @@ class ColumnsModel(_ColumnsTraining, DistributedTraining, keras.Model):
     the fixes that let Keras train it under any `tf.distribute` strategy."""
 
 
-def columns_model(embedder, num_columns, frozen=()):
-    """A model of `embedder`'s weights, less the variables `frozen`, that
-    embeds each column of a batch: `[batch, columns, dim]`, what the
-    contrastive losses take."""
+def columns_model(embedder, num_columns):
+    """A model of `embedder`'s weights that embeds each column of a batch:
+    `[batch, columns, dim]`, what the contrastive losses take; it trains
+    what `embedder` trains."""
     inputs = tuple(
         {name: keras.Input(shape=(None,), dtype="int32", name=f"{name}_{i}") for name in embedder.input}
         for i in range(num_columns)
     )
     outputs = ops.stack([embedder(features) for features in inputs], axis=1)
     model = ColumnsModel(inputs, outputs, name=f"{embedder.name}_columns")
-    model._train_for(embedder, frozen)
+    model._train_for(embedder)
     return model
 
 
@@ -228,7 +230,7 @@ class CachedColumnsModel(_ColumnsTraining, DistributedTraining, keras.Model):
             raise ValueError(f"{len(self._seed_states)} dropout layers: GradCache replays at most "
                              f"{self._SPACING // 2}.")
         self.chunk_seeds = keras.random.SeedGenerator()
-        self._train_for(columns._embedder, [v for v in columns.variables if id(v) in columns._frozen])
+        self._train_for(columns._embedder)
 
     def call(self, inputs, training=False):
         size = ops.shape(keras.tree.flatten(inputs)[0])[0]
