@@ -251,6 +251,7 @@ class BertBackbone(LoRA, keras.Model):
             "family": self.family,
             "packing": self.packing,
             "dtype": keras.dtype_policies.serialize(self.token_embedding.dtype_policy),
+            **self.lora_config(),  # the adapters merged into the kernels saved with it
         }
 
     @classmethod

@@ -163,7 +163,6 @@ def test_adapters_merged_into_a_backbone_are_not_applied_again(tmp_path):
         merged.load_lora_weights(str(tmp_path / "other.safetensors"))
 
 
-@pytest.mark.xfail(strict=True, reason="BertBackbone.get_config() does not include self.lora_config() yet")
 def test_a_preset_saved_with_lora_on_refuses_its_adapters_again(tmp_path):
     model, _, _ = trained_with_lora()
     model.save_lora_weights(str(tmp_path / "adapters.safetensors"))
