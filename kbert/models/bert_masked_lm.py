@@ -18,7 +18,12 @@ class MaskedLM(Task):
     Inputs are the backbone's plus `mask_positions` `[batch, num_predictions]`;
     the output is `mlm_logits` `[batch, num_predictions, vocabulary_size]`.
     With a preprocessor, `fit` takes raw strings and masks them anew each
-    epoch (15% of tokens; of those 80% [MASK], 10% random, 10% kept). On a
+    epoch (15% of tokens; of those 80% [MASK], 10% random, 10% kept).
+    `predict` (and `predict_on_batch`, `model(texts)`) on raw texts masks
+    them the same way at every call: a text with `[MASK]`s written in it
+    is predicted at those, in order (as `fill_mask` reads them); a text
+    without is masked as for `fit`, with a seed drawn from its batch's
+    tokens, so the same texts in the same batches give the same logits. On a
     backbone with `packing=True` (`from_preset`'s default here, with a
     preprocessor), `fit` and `evaluate` pack texts held in memory into rows
     of the preprocessor's `sequence_length` (Krell et al. 2021), each text
@@ -93,17 +98,21 @@ class MaskedLM(Task):
             texts: a list of texts, each with at least one `[MASK]`.
 
         Returns:
-            A list, per text, per [MASK], of `top_k` `(token, probability)`
-            pairs, the most likely first.
+            A list, per text, per [MASK], of `top_k` `Guess`es, the most
+            likely first: `(token, probability)` pairs with the token's id
+            as `token_id`. The token is its text, as transformers'
+            fill-mask pipeline gives it (`token_str`): a byte-level BPE's
+            "Ġbank" is " bank", a SentencePiece "▁bank" "bank", WordPiece's
+            "##s" "##s".
 
         Example:
         >>> model.fill_mask(["i went to the [MASK] to deposit my paycheck."], top_k=2)
-        [[[('bank', 0.93), ('store', 0.01)]]]
+        [[[Guess('bank', 0.93, token_id=2924), Guess('store', 0.01, token_id=3573)]]]
         """
         if isinstance(texts, (str, bytes)):
             raise ValueError("fill_mask takes a list of texts: fill_mask([text]).")
         rows = task_answers.answers_in_slices(self, (list(texts),), batch_size=batch_size, top_k=top_k)
-        results = [[list(zip(tokens, map(float, p))) for tokens, p, ids in
+        results = [[[Guess(*guess) for guess in zip(tokens, map(float, p), map(int, ids))] for tokens, p, ids in
                     zip(r["tokens"], r["probabilities"], r["token_ids"]) if ids[0] >= 0] for r in rows]
         missing = [i for i, guesses in enumerate(results) if not guesses]
         if missing:
@@ -112,6 +121,27 @@ class MaskedLM(Task):
             raise ValueError(f"No {mask} token in texts {missing[:5]} (e.g. {texts[missing[0]][:80]!r}); write {mask} "
                              "where a word should be guessed, within the first sequence_length tokens.")
         return results
+
+
+class Guess(tuple):
+    """One of `fill_mask`'s guesses: a `(token, probability)` pair, as it
+    unpacks and compares, with the token's id as `token_id` (a token's
+    text may stand for several ids: byte-level pieces of part of a
+    character all read U+FFFD)."""
+
+    def __new__(cls, token, probability, token_id):
+        guess = super().__new__(cls, (token, probability))
+        guess.token_id = token_id
+        return guess
+
+    token = property(lambda self: self[0])
+    probability = property(lambda self: self[1])
+
+    def __reduce__(self):
+        return Guess, (*self, self.token_id)
+
+    def __repr__(self):
+        return f"Guess({self[0]!r}, {self[1]!r}, token_id={self.token_id})"
 
 # The name of the first releases (kbert.aliases).
 BertMaskedLM = also_named(MaskedLM, "BertMaskedLM")

@@ -1,6 +1,6 @@
 """The masked-LM and pre-training tasks' preprocessors: texts (or
-next-sentence pairs) in, masked anew at every batch (BERT §3.1), and the
-fill-mask answers out."""
+next-sentence pairs) in, masked anew at every batch to train (BERT §3.1),
+the same way at every call to predict, and the fill-mask answers out."""
 
 import keras
 
@@ -19,6 +19,10 @@ class MaskedLMPreprocessor(BertPreprocessor):
     with the masked tokens' ids as labels. Answers are the `top_k` guesses
     at each `[MASK]` written in a text.
 
+    To predict, texts are masked the same way at every call (`predicted`):
+    a text with `[MASK]`s written in it at those, one without as in
+    training, with a seed drawn from its batch's tokens.
+
     For a model on a packing backbone, `fit` and `evaluate` on texts held in
     memory pack them into rows of `sequence_length` tokens (`pack_texts`),
     each text read as it is read alone; batches then count rows."""
@@ -33,7 +37,9 @@ class MaskedLMPreprocessor(BertPreprocessor):
                 "masked tokens of its texts, and these hold none to mask. Pass texts with words."
             )
         if not head.get("packing"):
-            return examples
+            # In a dict, as packed rows come: `batch_function` masks fit's
+            # and evaluate's rows anew, predict's bare texts the same each call.
+            return ({"text": examples[0]}, *examples[1:])
         # Padded one per row, 2,048 Austen paragraphs of up to 128 tokens
         # fill 69% of their rows; packed, nearly all.
         return (pack_texts(self, examples[0]),)
@@ -59,14 +65,17 @@ class MaskedLMPreprocessor(BertPreprocessor):
         masker = self.masker(head)
 
         def batch(x, *rest):
-            # Packed rows (`training_examples`) come tokenized.
-            return masked(masker, x if isinstance(x, dict) else preprocessor(x), head)
+            # Rows of `training_examples` come in a dict, packed ones tokenized.
+            training = labeled or isinstance(x, dict)
+            if isinstance(x, dict):
+                x = x.get("text", x)
+            features = x if isinstance(x, dict) else preprocessor(x)
+            return (masked if training else predicted)(masker, features, head)
 
         return batch
 
     def answering(self, head=None, pad_to=None, pairs=False, top_k=5):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
-        vocabulary = tf.constant(preprocessor.tokenizer.vocabulary)
 
         def preprocess(*texts):
             features, is_slot = written_masks(
@@ -75,7 +84,7 @@ class MaskedLMPreprocessor(BertPreprocessor):
             return as_packed(features, head), is_slot
 
         def postprocess(outputs, is_slot):
-            answers = top_k_guesses(outputs["mlm_logits"], is_slot, vocabulary, top_k)
+            answers = top_k_guesses(outputs["mlm_logits"], is_slot, preprocessor.tokenizer, top_k)
             if pairs:
                 nsp_logits = outputs["nsp_logits"]
                 if head.get("packing"):
@@ -118,7 +127,7 @@ class BertPretrainerPreprocessor(BertMaskedLMPreprocessor):
                 features = preprocessor(segments)
             else:
                 features = preprocessor.packer(segments)
-            inputs, labels, weights = masked(masker, features, head)
+            inputs, labels, weights = (masked if labeled else predicted)(masker, features, head)
             next_sentence = pairs["next_sentence_label"]
             if head.get("packing"):
                 next_sentence = next_sentence[:, None]
@@ -128,13 +137,43 @@ class BertPretrainerPreprocessor(BertMaskedLMPreprocessor):
         return batch
 
 
+_INPUTS = ("token_ids", "segment_ids", "padding_mask", "sequence_ids", "mask_positions")
+
+
 def masked(masker, features, head):
     """BERT §3.1: new masks at every call, so each epoch sees new ones.
     Returns `(inputs, labels, weights)` for the masked-LM head."""
     masked = masker(features)
-    inputs = {k: masked[k] for k in ("token_ids", "segment_ids", "padding_mask", "sequence_ids", "mask_positions")
-              if k in masked}
+    inputs = {k: masked[k] for k in _INPUTS if k in masked}
     return as_packed(inputs, head), {"mlm_logits": masked["mask_ids"]}, {"mlm_logits": masked["mask_weights"]}
+
+
+def predicted(masker, features, head):
+    """`masked` for predict, the same at every call: a row with `[MASK]`s
+    written in it predicts at those (as `fill_mask` reads them), its tokens
+    kept, with label and weight 0 (the words are unknown); a row without is
+    masked as in training, with a stateless seed drawn from the batch's
+    token ids. The rows' predictions are padded with 0 to the widest."""
+    written, has_slot = written_masks(features, masker.mask_token_id)
+    token_ids = features["token_ids"]
+    # The same batch gives the same masks; other batches, other ones (not one
+    # pattern repeated batch after batch, as a constant seed would give).
+    seed = tf.bitcast(tf.reshape(tf.fingerprint(tf.reshape(token_ids, [1, -1])), [2, 4]), tf.int32)
+    drawn = masker(features, seed=seed)
+    has_written = tf.reduce_any(has_slot, axis=1, keepdims=True)
+    width = tf.maximum(tf.shape(written["mask_positions"])[1], tf.shape(drawn["mask_positions"])[1])
+
+    def per_row(if_written, if_drawn):
+        if_written, if_drawn = (tf.pad(v, [[0, 0], [0, width - tf.shape(v)[1]]]) for v in (if_written, if_drawn))
+        return tf.where(has_written, if_written, if_drawn)
+
+    positions = written["mask_positions"]
+    inputs = dict(features, token_ids=tf.where(has_written, token_ids, drawn["token_ids"]),
+                  mask_positions=per_row(positions, drawn["mask_positions"]))
+    labels = per_row(tf.zeros_like(positions), drawn["mask_ids"])
+    weights = per_row(tf.zeros_like(positions, tf.float32), drawn["mask_weights"])
+    return as_packed({k: inputs[k] for k in _INPUTS if k in inputs}, head), {"mlm_logits": labels}, \
+        {"mlm_logits": weights}
 
 
 def as_packed(features, head):

@@ -283,13 +283,17 @@ def written_masks(features, mask_id):
     return features, tf.sequence_mask(positions.row_lengths(), num_slots)
 
 
-def top_k_guesses(mlm_logits, is_slot, vocabulary, top_k):
+def top_k_guesses(mlm_logits, is_slot, tokenizer, top_k):
     """The `top_k` tokens at each real slot: `tokens`, `token_ids` and
-    `probabilities` `[batch, slots, top_k]` ("" / -1 / 0 at padded slots)."""
+    `probabilities` `[batch, slots, top_k]` ("" / -1 / 0 at padded slots).
+    A token is its text, each id detokenized alone, as transformers'
+    fill-mask pipeline gives `token_str`: "Ġbank" is " bank", "▁bank"
+    "bank", a byte-level piece of part of a character U+FFFD."""
     probabilities, token_ids = tf.math.top_k(tf.nn.softmax(tf.cast(mlm_logits, tf.float32)), top_k)
     is_slot = is_slot[:, :, None]
+    tokens = tf.reshape(tokenizer.detokenize(tf.reshape(token_ids, [-1, 1])), tf.shape(token_ids))
     return {
-        "tokens": tf.where(is_slot, tf.gather(vocabulary, token_ids), ""),
+        "tokens": tf.where(is_slot, tokens, ""),
         "token_ids": tf.where(is_slot, token_ids, -1),
         "probabilities": tf.where(is_slot, probabilities, 0.0),
     }
