@@ -56,6 +56,10 @@ APIS = {
                              "PyTorch's fast dropout bits (kbert.backend.torch.random_int16)", "torch"),
     "in_stateless_scope": ("keras.src.backend.common.stateless_scope", "in_stateless_scope",
                            "TensorFlow's embedding row reads (kbert.backend.tensorflow.embedding_rows)", "tensorflow"),
+    # tensorflow-text's generated op, to name the SentencePiece model's resource
+    # (kbert.text.sentencepiece_tokenizer._ModelResource).
+    "gen_sentencepiece_tokenizer": ("tensorflow_text.python.ops.sentencepiece_tokenizer", "gen_sentencepiece_tokenizer",
+                         "SentencePiece tokenizers that outlive keras.utils.set_random_seed", None),
     # TensorFlow's and PyTorch's own, used by kbert's backends (each with a public fallback).
     "_gradient_registry": ("tensorflow.python.framework.ops", "_gradient_registry", _CUSTOM_GRADIENTS, "tensorflow"),
     "GraphOrParentsInXlaContext": ("tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext",

@@ -309,6 +309,6 @@ def load_hf_head(model, tensors, path, new_head=False):
 
 
 def _warn_new_output(source, model, held):
-    warnings.warn(f"{source} holds a head of {held} classes; this {type(model).__name__} has num_classes="
+    warnings.warn(f"{source} holds a head of {held} class{'es' if held != 1 else ''}; this {type(model).__name__} has num_classes="
                   f"{model.num_classes}: the output layer is new, from its initialisation (the rest of the head is "
                   "the checkpoint's). Fine-tune before use.")

@@ -15,7 +15,9 @@ put in `tokenizers`' order, and the spans moved to its offsets.
 
 import base64
 import os
+import uuid
 
+from kbert.backend import keras_private
 from kbert.presets.files import get_preset_dir
 from kbert.text import sentencepiece_model
 from kbert.text.sentencepiece_model import WHITE_SPACE, WORD_START, character_class, text_patterns
@@ -40,6 +42,25 @@ class _Vocabulary:
             self.ids.setdefault(token, i)
 
 
+class _ModelResource(tf.saved_model.experimental.TrackableResource):
+    """tensorflow-text's SentencePiece model resource, under a name of its
+    own. tensorflow-text's belongs to the kernel of the op that made it
+    (its TODO b/318839908), and TensorFlow drops its kernels whenever the
+    global seed is set: `keras.utils.set_random_seed` after a tokenizer was
+    built left it reading a deleted resource (NOT_FOUND "Resource
+    .../_0_SentencepieceOp"). A named resource stays in the resource manager."""
+
+    def __init__(self, proto):
+        self._proto = proto
+        self._shared_name = f"kbert_sentencepiece_{uuid.uuid4().hex}"
+        super().__init__()
+        _ = self.resource_handle  # made now, as tensorflow-text's is
+
+    def _create_resource(self):
+        return keras_private.get("gen_sentencepiece_tokenizer").sentencepiece_op(model=self._proto,
+                                                                                 shared_name=self._shared_name)
+
+
 class _Tokenization:
     """The SentencePiece model and traced tokenization of one vocabulary,
     shared by every tokenizer with it (`kbert.text.tokenizer_base._SHARED`)."""
@@ -50,6 +71,7 @@ class _Tokenization:
             pieces, unk_id, special_tokens, precompiled_charsmap
         )
         self.model = tf_text.SentencepieceTokenizer(model=proto, out_type=tf.int32)
+        self.model._model_resource = _ModelResource(proto)  # see there
         self.special_tokens = special_tokens
         self.special_ids = tf.constant([ids[t] for t in special_tokens] or [0], tf.int32)
         self.special_strings = tf.constant(list(special_tokens) or [""])

@@ -117,8 +117,9 @@ def test_a_tanh_cross_encoder_has_no_default_loss(tmp_path, minilm_dir):
     model = kbert.BertClassifier.from_preset(path)
     with pytest.raises(ValueError, match="score_activation='tanh' has no default loss"):
         model.fit(([QUERY] * 2, DOCUMENTS[:2]), [0.5, -0.5], epochs=1, verbose=0)
-    # Another num_classes: the checkpoint's head does not fit, said as such (not as its activation).
-    with pytest.raises(ValueError, match=r"classifier.weight has shape \(1, 32\), expected \(3, 32\)"):
-        kbert.BertClassifier.from_preset(path, num_classes=3)
+    # Another num_classes: a new output layer, said as such (not refused for its activation).
+    with pytest.warns(UserWarning, match=r"holds a head of 1 class; this TextClassifier has num_classes=3: the "
+                                         r"output layer is new"):
+        assert kbert.BertClassifier.from_preset(path, num_classes=3).get_layer("logits").kernel.shape[-1] == 3
     with pytest.raises(ValueError, match="threshold=1.5"):
         model.classify([QUERY], threshold=1.5)
