@@ -20,6 +20,7 @@ from kbert.layers.gelu import gelu
 # of the layer's variables inside `weights_cast_once`: a context variable, so
 # that it holds in the thread (and context) that exports alone, never in a
 # model another thread traces meanwhile, and no layer or module is changed.
+# (Not decided at build: the same layers train, and read their variables, before and after an export.)
 _CAST = contextvars.ContextVar("kbert_weights_cast_once", default={})
 
 

@@ -139,8 +139,8 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         by_default = isinstance(optimizer, str) and optimizer == "auto"
         if by_default:
             optimizer = bert_adamw(settings["learning_rate"], settings["weight_decay"], settings["epsilon"],
-                                   bias_corrected_epsilon=settings["bias_corrected_epsilon"], recipe=self._recipe)
-            optimizer.global_clipnorm = settings["global_clipnorm"]
+                                   bias_corrected_epsilon=settings["bias_corrected_epsilon"], recipe=self._recipe,
+                                   global_clipnorm=settings["global_clipnorm"])
             if self.backbone.token_embedding.dtype_policy.name == "mixed_float16":
                 # float16 gradients underflow without loss scaling.
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)

@@ -22,7 +22,8 @@ EPSILON = 1e-8
 BERT_EPSILON = 1e-6
 
 
-def bert_adamw(learning_rate, weight_decay=0.01, epsilon=EPSILON, bias_corrected_epsilon=True, recipe=None):
+def bert_adamw(learning_rate, weight_decay=0.01, epsilon=EPSILON, bias_corrected_epsilon=True, recipe=None,
+               global_clipnorm=None):
     """AdamW as BERT fine-tunes: decay on weights, none on biases and LayerNorm
     (`kbert.training.AdamW`: Keras' AdamW, updating in fused kernels).
 
@@ -35,12 +36,13 @@ def bert_adamw(learning_rate, weight_decay=0.01, epsilon=EPSILON, bias_corrected
             it, after the bias correction; False: where Keras does (see
             `kbert.training.AdamW`).
         recipe: the recipe it is made from, kept in its config (see `AdamW`).
+        global_clipnorm: the gradients' global norm is clipped at it (None: no clipping).
 
     Example:
     >>> optimizer = bert_adamw(WarmupLinearDecay(5e-5, total_steps=1000, warmup_steps=100))
     """
     optimizer = AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=epsilon,
-                      bias_corrected_epsilon=bias_corrected_epsilon, recipe=recipe)
+                      bias_corrected_epsilon=bias_corrected_epsilon, recipe=recipe, global_clipnorm=global_clipnorm)
     optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     return optimizer
 
