@@ -4,6 +4,7 @@
 
 import keras
 
+from kbert import tf_if_present
 from kbert.models import task_answers, task_inputs, task_presets
 from kbert.models.bert_backbone import BertBackbone
 from kbert.models.task_training import TrainedWeights, schedule_learning_rate, tensorflow_without_strategy
@@ -309,6 +310,8 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         of the id-taking model. Models trained on the JAX or PyTorch backend
         are saved as a preset and exported by a TensorFlow process.
         """
+        if format == "tf_saved_model" and not tf_if_present.installed():
+            raise ImportError(f"export writes a TensorFlow SavedModel. {tf_if_present.MISSING}")
         if self.preprocessor is None or format != "tf_saved_model":
             return super().export(filepath, format=format, **kwargs)
         return task_answers.export(self, filepath, pairs=pairs, top_k=top_k)
