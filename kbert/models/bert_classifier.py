@@ -200,6 +200,7 @@ class TextClassifier(Task):
         backbone = getattr(self, "backbone", None)
         return backbone is None or families.get(backbone.family).classifier_head is None
 
+
 # The name of the first releases (kbert.aliases).
 BertClassifier = also_named(TextClassifier, "BertClassifier")
 

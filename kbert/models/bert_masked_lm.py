@@ -123,6 +123,10 @@ class MaskedLM(Task):
         return results
 
 
+# The name of the first releases (kbert.aliases).
+BertMaskedLM = also_named(MaskedLM, "BertMaskedLM")
+
+
 class Guess(tuple):
     """One of `fill_mask`'s guesses: a `(token, probability)` pair, as it
     unpacks and compares, with the token's id as `token_id` (a token's
@@ -143,12 +147,9 @@ class Guess(tuple):
     def __repr__(self):
         return f"Guess({self[0]!r}, {self[1]!r}, token_id={self.token_id})"
 
-# The name of the first releases (kbert.aliases).
-BertMaskedLM = also_named(MaskedLM, "BertMaskedLM")
-
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertPretrainer(BertMaskedLM):
+class BertPretrainer(MaskedLM):
     """BERT's pre-training model (§3.1): masked LM plus next-sentence
     prediction, a 2-way classifier on the pooled output (label 0: B follows
     A, 1: B is random). The loss is the sum of the mean masked-LM loss and the

@@ -139,5 +139,6 @@ class QuestionAnswerer(Task):
         return [{"answer": r["answer"], "start": int(r["start"]), "end": int(r["end"]), "score": float(r["score"]),
                  "null_score": float(r["null_score"])} for r in rows]
 
+
 # The name of the first releases (kbert.aliases).
 BertQuestionAnswerer = also_named(QuestionAnswerer, "BertQuestionAnswerer")

@@ -349,6 +349,7 @@ class TextEmbedder(Task):
             sequence_length = files.load_json(preset.folder, st.SENTENCE_BERT_CONFIG).get("max_seq_length")
         return super().preset_preprocessor(preset, sequence_length, backbone)
 
+
 # The name of the first releases (kbert.aliases).
 BertTextEmbedder = also_named(TextEmbedder, "BertTextEmbedder")
 

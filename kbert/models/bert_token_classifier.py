@@ -158,6 +158,7 @@ class TokenClassifier(Task):
                                           r["entity_score"]) if k]
                 for r in rows]
 
+
 # The name of the first releases (kbert.aliases).
 BertTokenClassifier = also_named(TokenClassifier, "BertTokenClassifier")
 

@@ -96,6 +96,7 @@ class MaskedLMPreprocessor(BertPreprocessor):
         signature = [serving_text(), serving_text("text_pair")][:2 if pairs else 1]
         return preprocess, postprocess, signature, {"token_ids": -1}
 
+
 # The name of the first releases (kbert.aliases).
 BertMaskedLMPreprocessor = also_named(MaskedLMPreprocessor, "BertMaskedLMPreprocessor")
 

@@ -5,7 +5,6 @@ import keras
 import numpy as np
 
 from kbert.aliases import also_named
-from kbert import families
 from kbert.presets import files, tokenizer_files
 from kbert.text import pipeline
 from kbert.text.offsets import cut_after_words
@@ -91,7 +90,7 @@ class Preprocessor(keras.layers.Layer):
     @classmethod
     def from_preset(cls, preset, sequence_length=512, **kwargs):
         """Builds the preprocessor of a preset, with its family's tokenizer
-        (`BertTokenizer`, `SentencePieceTokenizer`, ...: `kbert.families`).
+        (`WordPieceTokenizer`, `SentencePieceTokenizer`, ...: `kbert.families`).
 
         Args:
             preset: a registered name, `hf://owner/name`, or a local folder.
@@ -313,6 +312,7 @@ class Preprocessor(keras.layers.Layer):
         if sample_weight is None:
             return x, y
         return x, y, sample_weight
+
 
 # The name of the first releases (kbert.aliases).
 BertPreprocessor = also_named(Preprocessor, "BertPreprocessor")

@@ -53,6 +53,7 @@ class TextClassifierPreprocessor(BertPreprocessor):
 
         return preprocess, postprocess, [serving_text(), serving_text("text_pair")][:2 if pairs else 1], None
 
+
 # The name of the first releases (kbert.aliases).
 BertClassifierPreprocessor = also_named(TextClassifierPreprocessor, "BertClassifierPreprocessor")
 
@@ -152,6 +153,7 @@ class TokenClassifierPreprocessor(BertPreprocessor):
 
         return preprocess, postprocess, [serving_text()], TAG_FILLS
 
+
 # The name of the first releases (kbert.aliases).
 BertTokenClassifierPreprocessor = also_named(TokenClassifierPreprocessor, "BertTokenClassifierPreprocessor")
 
@@ -245,6 +247,7 @@ class QuestionAnswererPreprocessor(BertPreprocessor):
 
         return preprocess, postprocess, [serving_text("question"), serving_text("context")], None
 
+
 # The name of the first releases (kbert.aliases).
 BertQuestionAnswererPreprocessor = also_named(QuestionAnswererPreprocessor, "BertQuestionAnswererPreprocessor")
 
@@ -299,6 +302,7 @@ class TextEmbedderPreprocessor(BertPreprocessor):
             return {"embedding": tf.cast(embedding, tf.float32)[:, :head.get("truncate_dim")]}
 
         return preprocess, postprocess, [serving_text()], None
+
 
 # The name of the first releases (kbert.aliases).
 BertTextEmbedderPreprocessor = also_named(TextEmbedderPreprocessor, "BertTextEmbedderPreprocessor")

@@ -263,5 +263,6 @@ class WordPieceTokenizer(Tokenizer):
     def _continues_word(self, token):
         return token.startswith(SUFFIX_INDICATOR)
 
+
 # The name of the first releases (kbert.aliases).
 BertTokenizer = WordPieceTokenizer
