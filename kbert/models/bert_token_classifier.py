@@ -32,7 +32,11 @@ class TokenClassifier(Task):
     `class_names`; or a batched `tf.data.Dataset` of string and int ragged
     tensors `(words, tag_ids)`. `tags` gives each word's tag, and `entities`
     the entities of texts, split into words where BERT's pre-tokenizer
-    splits them, as the exported model does.
+    splits them, as the exported model does. On texts, byte-level BPE and
+    SentencePiece tokenize the whole text, as transformers does, and each
+    word's tokens are found by their offsets (`kbert.text.
+    token_classification.pack_text`): `predict(texts)` gives the logits of
+    `preprocessor(texts)`.
 
     Args:
         backbone: a `kbert.BertBackbone`.

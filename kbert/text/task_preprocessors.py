@@ -77,10 +77,15 @@ class TokenClassifierPreprocessor(BertPreprocessor):
 
     def examples(self, x, y=None, sample_weight=None, head=None):
         """`(words[, tag ids][, sample weights])`: words a ragged
-        `[sentences, (words)]` tensor (texts are split where BERT's
-        pre-tokenizer splits them)."""
+        `[sentences, (words)]` tensor (tagged texts are split where BERT's
+        pre-tokenizer splits them); or `(texts,)`, untagged texts as a 1-D
+        tensor, tokenized whole as `answering` tokenizes them
+        (`tc.pack_text`)."""
         if all(isinstance(sentence, (str, bytes)) for sentence in x):
-            words = tc.text_words(self, tc.valid_utf8(tf.constant(list(x))))[0]  # bytes may be any
+            texts = tc.valid_utf8(tf.constant(list(x)))  # bytes may be any
+            if y is None and sample_weight is None:
+                return (texts,)
+            words = tc.text_words(self, texts)[0]
         else:
             word_lists = as_word_lists(x)
             if y is not None:
@@ -124,6 +129,8 @@ class TokenClassifierPreprocessor(BertPreprocessor):
         preprocessor = self.with_padding(pad_to or self.packer.pad_to)
 
         def batch(words, tags=None, sample_weight=None):
+            if not isinstance(words, tf.RaggedTensor):  # texts (`examples`)
+                return (tc.pack_text(preprocessor, words)[0],)
             features, first_pieces = tc.pack_words(preprocessor, words)
             if tags is None:
                 return (features,)
@@ -140,8 +147,7 @@ class TokenClassifierPreprocessor(BertPreprocessor):
 
         def preprocess(text):
             text = tc.valid_utf8(text)  # a request may carry any bytes
-            words, starts, ends = tc.text_words(preprocessor, text)
-            features, first_pieces = tc.pack_words(preprocessor, words)
+            features, first_pieces, words, starts, ends = tc.pack_text(preprocessor, text)
             return features, (text, words, starts, ends, first_pieces)
 
         def postprocess(logits, context):

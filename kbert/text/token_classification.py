@@ -1,10 +1,11 @@
-"""Token classification (NER) as TensorFlow ops: words in, packed features and
-per-token labels for training, per-word tags and BIO entities out. The same
-functions run in `BertTokenClassifier.fit`, `tags`, `entities` and the
-served model."""
+"""Token classification (NER) as TensorFlow ops: words or texts in, packed
+features and per-token labels for training, per-word tags and BIO entities
+out. The same functions run in `BertTokenClassifier.fit`, `predict`, `tags`,
+`entities` and the served model."""
 
 
 from kbert.text.offsets import char_offsets, cut_after_words, split_words_with_offsets
+from kbert.text.pre_tokenization import WHITESPACE
 from kbert.text.ragged import position_in_row, repeat, row_ids
 from kbert.tf_if_present import tf
 
@@ -54,6 +55,75 @@ def text_words(preprocessor, texts):
     what a sequence holds is cut first (`cut_after_words`), so a text of
     200,000 characters costs what a sequence costs."""
     return split_words_with_offsets(cut_after_words(texts, preprocessor.sequence_length))
+
+
+def pack_text(preprocessor, texts):
+    """Tokenizes texts and packs them as `preprocessor(texts)` does, and
+    finds their words, where BERT's pre-tokenizer splits them.
+
+    WordPiece tokenizes each of those words alone (`tokenizes_words_alone`):
+    a text is tagged as its words given as words (`text_words`,
+    `pack_words`). Byte-level BPE and SentencePiece are run on the whole
+    text, as transformers runs them (a text's first word without a leading
+    space, tokens that may join words), and the words read off the tokens'
+    byte spans: a token starts a word where it starts at one of BERT's word
+    starts (the first token there, where a lone SentencePiece "▁" spans the
+    character after it), and the tokens up to the next such token are the
+    word's. A word of tokens that cross BERT's boundaries ("北京" in one
+    piece, ".)" in one byte-level token) is one word.
+
+    Args:
+        preprocessor: a `kbert.BertPreprocessor` (its tokenizer and packer).
+        texts: a 1-D string tensor of UTF-8 text (`valid_utf8`).
+
+    Returns:
+        `(features, first_pieces, words, starts, ends)`: the model inputs,
+        each word's first token as `pack_words` gives it, and the words (as
+        written) with their byte spans in `texts`, ragged `[texts, (words)]`.
+    """
+    if preprocessor.tokenizer.tokenizes_words_alone:
+        words, starts, ends = text_words(preprocessor, texts)
+        return (*pack_words(preprocessor, words), words, starts, ends)
+    # Cut as the preprocessor cuts: the tokens a sequence holds are the same.
+    cut = cut_after_words(texts, preprocessor.sequence_length)
+    ids, piece_starts, piece_ends = preprocessor.tokenizer.tokenize_with_byte_spans(cut)
+    room = preprocessor.sequence_length - preprocessor.packer.special_tokens(1)
+    first_pieces, starts, ends = _words_of_pieces(cut, piece_starts, piece_ends, room)
+    words = starts.with_flat_values(tf.strings.substr(repeat(texts, starts.row_lengths()), starts.flat_values,
+                                                      ends.flat_values - starts.flat_values))
+    return preprocessor.packer(ids), first_pieces, words, starts, ends
+
+
+def _words_of_pieces(texts, piece_starts, piece_ends, room):
+    """`pack_text`'s words of tokens spanning `piece_starts:piece_ends` of
+    `texts`: `(first_pieces, starts, ends)`, ragged `[texts, (words)]`, each
+    word's first token in the packed sequence (-1 past the `room` for
+    tokens) and its byte span. Tokens before a text's first word (leading
+    whitespace) are in none."""
+    _, word_starts, _ = split_words_with_offsets(texts)
+    # Byte offsets keyed by their text, so that one sorted search finds them.
+    key = lambda offsets: row_ids(offsets) * 2**40 + offsets.flat_values  # noqa: E731
+    piece_keys = key(piece_starts)
+    boundaries = tf.concat([key(word_starts), [tf.int64.max]], 0)
+    at_boundary = tf.equal(tf.gather(boundaries, tf.searchsorted(boundaries, piece_keys, out_type=tf.int64)),
+                           piece_keys)
+    starts_word = at_boundary & tf.concat([[True], tf.not_equal(piece_keys[1:], piece_keys[:-1])], 0)
+    word = tf.cumsum(tf.cast(starts_word, tf.int64)) - 1  # each token's word, counted over the batch
+    first = tf.where(starts_word)[:, 0]
+    piece_row = row_ids(piece_starts)
+    word_row = tf.gather(piece_row, first)
+    in_word = (word >= 0) & tf.equal(tf.gather(tf.concat([word_row, [-1]], 0), tf.maximum(word, 0)), piece_row)
+    position = tf.gather(position_in_row(piece_starts), first)
+    start = tf.gather(piece_starts.flat_values, first)
+    end = tf.math.unsorted_segment_max(tf.boolean_mask(piece_ends.flat_values, in_word),
+                                       tf.boolean_mask(word, in_word), tf.size(first, out_type=tf.int64))
+    # A whitespace token inside a word (byte-level BPE's "Ġ" of a run of
+    # spaces) leaves its space out of the word.
+    text = tf.strings.substr(tf.gather(texts, word_row), start, end - start)
+    end = start + tf.cast(tf.strings.length(tf.strings.regex_replace(text, f"(?:{WHITESPACE})+$", "")), tf.int64)
+    per_text = lambda values: tf.RaggedTensor.from_value_rowids(values, word_row,  # noqa: E731
+                                                               nrows=piece_starts.nrows())
+    return per_text(tf.where(position < room, position + 1, -1)), per_text(start), per_text(end)
 
 
 def token_labels(first_pieces, tags, shape):

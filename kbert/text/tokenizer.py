@@ -182,6 +182,7 @@ class WordPieceTokenizer(Tokenizer):
     """
 
     PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
+    tokenizes_words_alone = True  # WordPiece never crosses BERT's word boundaries
 
     def __init__(
         self,

@@ -40,6 +40,13 @@ class Tokenizer(tf.Module):
 
     PAD = UNK = CLS = SEP = MASK = None
     pair_layout = "one_separator"
+    # Whether a text's tokens are its words' (where BERT's pre-tokenizer
+    # splits it) each tokenized alone, as `tokenize_words` tokenizes them:
+    # so for WordPiece, not for byte-level BPE or SentencePiece, which give a
+    # text's first word no leading space and may join words into one token.
+    # A token classifier tags a text's words as given words where it is so,
+    # else it tokenizes the whole text (`kbert.text.token_classification`).
+    tokenizes_words_alone = False
 
     def _share_tokenization(self, tokenization_class, settings):
         """Uses the `tokenization_class(*settings)` of every tokenizer with

@@ -233,3 +233,78 @@ def test_a_byte_level_bpe_without_its_merges_is_named(roberta_folder, tmp_path):
                                          r"the checkpoint's merges\.txt into the folder"):
         model = kbert.TextClassifier.from_preset(str(folder))
     assert model.preprocessor is None
+
+
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+TAGGED_TEXTS = ["A slow, quiet film about Jane Austen.", "Ein wunderbares Buch über das Meer!",
+                "  Un livre ennuyeux  sur Paris", "北京欢迎你", "Kbert's <mask> tokens: (hello)"]
+
+
+@pytest.fixture(scope="module", params=["roberta", "xlm-roberta"])
+def tagger_folder(request, tmp_path_factory):
+    """`roberta_folder`'s or `xlmr_folder`'s tokenizer with a token classifier's head."""
+    family = request.param
+    source = request.getfixturevalue({"roberta": "roberta_folder", "xlm-roberta": "xlmr_folder"}[family])
+    folder = tmp_path_factory.mktemp(family + "_tagger")
+    transformers.AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    config_class, sizes = CONFIGS[family]
+    config = config_class(**{**sizes, "vocab_size": transformers.AutoConfig.from_pretrained(source).vocab_size},
+                          id2label=dict(enumerate(TAGS)), label2id={t: i for i, t in enumerate(TAGS)})
+    nudged(transformers.AutoModelForTokenClassification.from_config(config)).save_pretrained(folder)
+    return folder
+
+
+def test_token_classifier_on_texts_gives_transformers_logits(tagger_folder):
+    # The whole text tokenized, as transformers tokenizes it (not word by word).
+    model = kbert.TokenClassifier.from_preset(str(tagger_folder), sequence_length=LENGTH)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tagger_folder)
+    hf = transformers.AutoModelForTokenClassification.from_pretrained(tagger_folder).eval()
+    encoded = tokenizer(TAGGED_TEXTS, padding="max_length", truncation=True, max_length=LENGTH,
+                        return_tensors="pt")
+    with torch.no_grad():
+        expected = hf(**encoded).logits.numpy()
+    logits = model.predict(TAGGED_TEXTS, verbose=0)
+    features = model.preprocessor(TAGGED_TEXTS)
+    np.testing.assert_array_equal(features["token_ids"], encoded["input_ids"].numpy())
+    # predict pads to the longest text; transformers and features to LENGTH.
+    length = logits.shape[1]
+    real = encoded["attention_mask"].numpy().astype(bool)
+    assert not real[:, length:].any()
+    np.testing.assert_allclose(logits[real[:, :length]], expected[:, :length][real[:, :length]], atol=1e-4)
+    np.testing.assert_allclose(logits[real[:, :length]],
+                               model.predict(features, verbose=0)[:, :length][real[:, :length]], atol=1e-5)
+
+
+def test_token_classifier_entities_equal_transformers_pipeline(tagger_folder):
+    # Texts of words of one token each: there the pipeline's tokens are
+    # kbert's words, and its "simple" grouping is kbert's.
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tagger_folder)
+    words = [w for w in ("the", "film", "is", "a", "and", "of", "to", "it", "in", "that", "this", "for", "with",
+                         "on", "but", "not", "as", "you", "an", "be", "die", "der", "und", "de", "la", "le", "het")
+             if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) == 1
+             and len(tokenizer(w, add_special_tokens=False)["input_ids"]) == 1]
+    assert len(words) >= 6
+    texts = [" ".join(words[i:] + words[:i]) + "." for i in range(len(words))]
+    for text in texts:  # each word, and the full stop, one token
+        assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) == len(words) + 1
+    model = kbert.TokenClassifier.from_preset(str(tagger_folder), sequence_length=LENGTH)
+    ours = model.entities(texts)
+    theirs = transformers.pipeline("token-classification", model=str(tagger_folder),
+                                   aggregation_strategy="simple")(texts)
+    assert sum(map(len, ours)) > 0
+    for text, mine, hf in zip(texts, ours, theirs):
+        assert [(e["label"], e["start"], e["end"], e["text"]) for e in mine] == [
+            (e["entity_group"], e["start"], e["end"], text[e["start"]:e["end"]]) for e in hf]
+        np.testing.assert_allclose([e["score"] for e in mine], [e["score"] for e in hf], atol=1e-4)
+
+
+@once
+def test_served_token_classifier_tags_texts_like_predict(tagger_folder, tmp_path):
+    model = kbert.TokenClassifier.from_preset(str(tagger_folder), sequence_length=LENGTH)
+    served = serve({"tagger": (model.export(str(tmp_path / "tagger" / "1")), {"text": TAGGED_TEXTS})})["tagger"]
+    for row, (sentence, entities) in enumerate(zip(model.tags(TAGGED_TEXTS), model.entities(TAGGED_TEXTS))):
+        assert served["strings"]["words"][row][:len(sentence)] == [w for w, _, _ in sentence]
+        assert served["strings"]["label"][row][:len(sentence)] == [t or "" for _, t, _ in sentence]
+        assert list(zip(served["strings"]["entity"][row], served["entity_start"][row],
+                        served["entity_end"][row]))[:len(entities)] == [(e["text"], e["start"], e["end"])
+                                                                         for e in entities]
