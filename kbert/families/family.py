@@ -39,8 +39,10 @@ class Family:
             the config describes a smaller model than the weights.
         backbone_config: `(hf_config, source) -> BertBackbone arguments`.
         hf_config: `BertBackbone config -> config.json settings`.
-        config_names: `{kbert argument: config.json key}` of the sizes,
-            for errors that name the file's own keys.
+        config_table: `(kbert argument, config.json key, default)` rows,
+            the mapping `backbone_config` and `hf_config` run both ways
+            (`config_names`, read off it, names the file's own keys in
+            errors).
         backbone_table, classifier_table, masked_lm_table: the weight-name
             tables (rows of `kbert.families.tables`) of the backbone, of
             the sequence classifier's head and of the masked-LM head.
@@ -72,7 +74,7 @@ class Family:
     prefix: str
     backbone_config: Callable
     hf_config: Callable
-    config_names: Mapping
+    config_table: tuple
     backbone_table: Callable
     tokenizers: Mapping
     tokenizer_files: Mapping
@@ -112,6 +114,11 @@ class Family:
         if self.classifier_head is not None and set(self.classifier_head) != {"activation", "dropout_first"}:
             found.append('classifier_head must be None or {"activation": ..., "dropout_first": ...}')
         return found
+
+    @property
+    def config_names(self):
+        """`{kbert argument: config.json key}`."""
+        return {kbert: hf for kbert, hf, _ in self.config_table}
 
     def reads(self, name, prefix=""):
         """Whether a checkpoint tensor's `name` is one of this family's
