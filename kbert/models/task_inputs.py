@@ -191,7 +191,7 @@ def dataset(model, x, y=None, sample_weight=None, batch_size=None, shuffle=False
     if lengths is not None and sort:
         examples = tf.nest.map_structure(lambda t: tf.gather(t, np.argsort(lengths, kind="stable")), examples)
     rows = tf.data.Dataset.from_tensor_slices(examples)
-    preprocess = batch_function(model, pad_to, structure=len(examples))
+    preprocess = batch_function(model, pad_to, structure=len(examples), labeled=labeled)
     if preprocessor.rows_per_example != 1:
         return _windows(rows, preprocess, batch_size, shuffle)
     if shuffle and lengths is not None:

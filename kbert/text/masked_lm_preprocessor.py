@@ -37,9 +37,7 @@ class MaskedLMPreprocessor(BertPreprocessor):
                 "masked tokens of its texts, and these hold none to mask. Pass texts with words."
             )
         if not head.get("packing"):
-            # In a dict, as packed rows come: `batch_function` masks fit's
-            # and evaluate's rows anew, predict's bare texts the same each call.
-            return ({"text": examples[0]}, *examples[1:])
+            return examples
         # Padded one per row, 2,048 Austen paragraphs of up to 128 tokens
         # fill 69% of their rows; packed, nearly all.
         return (pack_texts(self, examples[0]),)
@@ -65,12 +63,10 @@ class MaskedLMPreprocessor(BertPreprocessor):
         masker = self.masker(head)
 
         def batch(x, *rest):
-            # Rows of `training_examples` come in a dict, packed ones tokenized.
-            training = labeled or isinstance(x, dict)
-            if isinstance(x, dict):
-                x = x.get("text", x)
+            # Packed rows (`training_examples`) come tokenized. Fit's and
+            # evaluate's batches are masked anew, predict's the same each call.
             features = x if isinstance(x, dict) else preprocessor(x)
-            return (masked if training else predicted)(masker, features, head)
+            return (masked if labeled else predicted)(masker, features, head)
 
         return batch
 
