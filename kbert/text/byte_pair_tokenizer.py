@@ -71,7 +71,7 @@ class _Tokenization:
         words, word_ids = [], []
         if candidates:
             with tf.init_scope():  # (eagerly, even where a graph builds the tokenizer)
-                pieces = tf.function(self.merges.encode, autograph=False)(tf.constant([w for _, w in candidates]))
+                pieces = self.merges.encode(tf.constant([w for _, w in candidates]))
             for (i, raw), token_pieces in zip(candidates, pieces.to_list()):
                 if token_pieces == [i]:
                     words.append(raw)

@@ -20,20 +20,35 @@ TOKENIZERS = {
 }
 
 
+OTHER_VOCABULARIES = {
+    "wordpiece": lambda i: BertTokenizer(WORDPIECE + [f"other{i}"]),
+    "byte_pair": lambda i: BytePairTokenizer(BYTE_PAIR[0] + [f"other{i}"], BYTE_PAIR[1]),
+    "sentencepiece": lambda i: SentencePieceTokenizer(SENTENCEPIECE + [(f"other{i}", -9.0)]),
+}
+
+
 @pytest.mark.parametrize("kind", TOKENIZERS)
 def test_tokenizers_of_one_class_and_settings_trace_once_and_warn_of_no_retracing(kind):
+    # Tokenizers of other vocabularies first, as a notebook that loads
+    # several checkpoints builds them: building one traces nothing (once, a
+    # BPE tokenizer traced its merges at construction, and the sixth model of
+    # a process warned of retracing).
     build, text, _ = TOKENIZERS[kind]
     messages = []
     handler = logging.Handler()
     handler.emit = lambda record: messages.append(record.getMessage())
     logging.getLogger("tensorflow").addHandler(handler)
     try:
+        others = [OTHER_VOCABULARIES[kind](i) for i in range(6)]
         tokenizers = [build() for _ in range(6)]
         ids = [tokenizer([text, text + text]).to_list() for tokenizer in tokenizers]
     finally:
         logging.getLogger("tensorflow").removeHandler(handler)
     assert not [m for m in messages if "retracing" in m]
     assert ids == ids[:1] * 6
+    assert len({id(t._tokenization) for t in tokenizers}) == 1 and tokenizers[0]._tokenization not in {
+        o._tokenization for o in others}
+    assert tokenizers[0]._tokenization.tokenize.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("kind", TOKENIZERS)
