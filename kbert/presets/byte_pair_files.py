@@ -1,16 +1,29 @@
-"""A byte-level BPE tokenizer's files (RoBERTa's) in Hugging Face's layout, read and written.
+"""A byte-level BPE tokenizer's files (RoBERTa's, ModernBERT's) in Hugging Face's layout, read and written.
 
 Read: the vocabulary and merges from `tokenizer.json` (its BPE model; merges
-as `"a b"` strings or `[a, b]` pairs), else from `vocab.json` and
-`merges.txt`; `add_prefix_space` and `trim_offsets` from
-`tokenizer_config.json` (what transformers' `RobertaTokenizer` builds its
-pre-tokenizer from), else from `tokenizer.json`; which special tokens take
-the whitespace around them (`lstrip`, `rstrip`) from `tokenizer.json`'s
-added tokens, else `tokenizer_config.json`'s, else none, as transformers 5
-reads such a folder (transformers 4 made `<mask>` lstrip there; RoBERTa's
-own `tokenizer.json` says it lstrips).
+as `"a b"` strings or `[a, b]` pairs; added tokens past the model's
+vocabulary take their ids), else from `vocab.json` and `merges.txt`.
 
-Written: all five files, saying the same thing.
+The rest as `AutoTokenizer` takes it. Where `tokenizer_config.json` names a
+generic class (`PreTrainedTokenizerFast`: ModernBERT) or none, transformers
+runs `tokenizer.json` as it is: the special tokens and how a pair is packed
+come from its post-processor (`TemplateProcessing`, `RobertaProcessing`,
+`BertProcessing`), as does `trim_offsets` (a template trims nothing), the
+normalizer and `add_prefix_space` from its normalizer and pre-tokenizer.
+Where it names RoBERTa's class (`RobertaTokenizer`), transformers rebuilds
+RoBERTa's pipeline: `<s> A </s></s> B </s>`, `add_prefix_space` and
+`trim_offsets` from `tokenizer_config.json`, else from `tokenizer.json`.
+Either way the added tokens, with which take the whitespace around them
+(`lstrip`, `rstrip`) and which are matched in normalized text
+(`normalized`), come from `tokenizer.json`'s added tokens, else
+`tokenizer_config.json`'s, as transformers 5 reads such a folder
+(transformers 4 made `<mask>` lstrip there; RoBERTa's own `tokenizer.json`
+says it lstrips).
+
+Written: RoBERTa's five files, saying the same thing; for other special
+tokens, layouts, added tokens or a normalizer, `tokenizer.json` with a
+`TemplateProcessing` post-processor, `tokenizer_config.json` naming the
+generic class, and `special_tokens_map.json`.
 """
 
 import os
@@ -19,9 +32,18 @@ from kbert.presets import files
 
 VOCAB_JSON, MERGES_TXT = "vocab.json", "merges.txt"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+# RoBERTa's special tokens by their roles (Hugging Face's names).
+ROBERTA_SPECIAL_TOKENS = {"cls_token": "<s>", "sep_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>",
+                          "mask_token": "<mask>"}
+# BERT's, which ModernBERT's byte-level BPE has.
+BERT_SPECIAL_TOKENS = {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]",
+                       "mask_token": "[MASK]"}
 # Hugging Face's names of RoBERTa's special tokens.
-SPECIAL_TOKEN_NAMES = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
-                       "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}
+SPECIAL_TOKEN_NAMES = {"bos_token": "<s>", "eos_token": "</s>", **ROBERTA_SPECIAL_TOKENS}
+# The normalizers reproduced (`tokenizer.json`'s types): Unicode normal forms.
+NORMALIZERS = ("NFC", "NFKC", "NFD", "NFKD")
+# transformers' classes that run `tokenizer.json` as it is.
+_GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
 def read_vocabulary(path):
@@ -70,39 +92,234 @@ def read_preset(folder):
         model = tokenizer.get("model") or {}
         if model.get("type") != "BPE":
             raise ValueError(f"{json_path} describes a {model.get('type')} tokenizer; BytePairTokenizer reads "
-                             "byte-level BPE (RoBERTa, GPT-2).")
+                             "byte-level BPE (RoBERTa, GPT-2, ModernBERT).")
         vocabulary = _tokens_by_id(model.get("vocab") or {}, json_path)
         merges = [parse_merge(m, json_path) for m in model.get("merges") or []]
-        added = tokenizer.get("added_tokens") or []
-        pre_tokenizer = tokenizer.get("pre_tokenizer") or {}
-        post_processor = tokenizer.get("post_processor") or {}
+        added, source = tokenizer.get("added_tokens") or [], json_path
     elif os.path.exists(vocab_path) and os.path.exists(merges_path):
         vocabulary, merges = read_vocabulary(vocab_path), read_merges(merges_path)
-        added = [dict(t, content=t.get("content")) for t in (config.get("added_tokens_decoder") or {}).values()]
-        pre_tokenizer = post_processor = {}
+        added = [dict(t, id=int(i)) for i, t in (config.get("added_tokens_decoder") or {}).items()]
+        source = os.path.join(folder, files.TOKENIZER_CONFIG)
     else:
         raise FileNotFoundError(
             f"{folder} has no byte-level BPE tokenizer: BytePairTokenizer reads {files.TOKENIZER_JSON}, or "
             f"{VOCAB_JSON} and {MERGES_TXT}. Copy them from the checkpoint's Hugging Face repository (for "
             "example with huggingface_hub.snapshot_download), or save a tokenizer there with save_to_preset.")
-    unknown = [t["content"] for t in added if t.get("content") not in SPECIAL_TOKEN_NAMES.values()]
-    if unknown:
-        raise ValueError(f"{folder} adds tokens beyond RoBERTa's special tokens ({', '.join(unknown[:5])}); "
-                         "BytePairTokenizer splits off <s>, <pad>, </s>, <unk> and <mask> only.")
-    setting = lambda name, default: config.get(name, pre_tokenizer.get(name, post_processor.get(name, default)))  # noqa
-    return {
+    vocabulary = _with_added_tokens(vocabulary, added, source)
+    single_word = [t["content"] for t in added if t.get("single_word")]
+    if single_word:
+        raise ValueError(f"{source} adds tokens matched as single words only ({', '.join(single_word[:5])}); "
+                         "BytePairTokenizer splits an added token off wherever it is written.")
+    settings = {
         "vocabulary": vocabulary,
         "merges": merges,
-        "add_prefix_space": bool(setting("add_prefix_space", False)),
-        "trim_offsets": bool(setting("trim_offsets", True)),
         "lstrip_tokens": [t["content"] for t in added if t.get("lstrip")],
         "rstrip_tokens": [t["content"] for t in added if t.get("rstrip")],
+        "added_tokens": [t["content"] for t in added],
+        "normalized_tokens": [t["content"] for t in added if t.get("normalized")],
     }
+    pre_tokenizer = (tokenizer or {}).get("pre_tokenizer") or {}
+    post_processor = (tokenizer or {}).get("post_processor") or {}
+    named = str(config.get("tokenizer_class") or "")
+    if tokenizer is None or (named and not named.startswith(_GENERIC_CLASSES)):
+        # transformers builds RoBERTa's pipeline (`RobertaTokenizer`), its special tokens added.
+        setting = lambda name, default: config.get(name, pre_tokenizer.get(name, post_processor.get(name, default)))  # noqa
+        known = set(vocabulary)
+        settings["added_tokens"] += [t for t in SPECIAL_TOKEN_NAMES.values()
+                                     if t in known and t not in settings["added_tokens"]]
+        settings["added_tokens"] = list(dict.fromkeys(settings["added_tokens"]))
+        return {**settings, "add_prefix_space": bool(setting("add_prefix_space", False)),
+                "trim_offsets": bool(setting("trim_offsets", True))}
+    # transformers runs tokenizer.json as it is.
+    if pre_tokenizer and (pre_tokenizer.get("type") != "ByteLevel" or pre_tokenizer.get("use_regex") is False):
+        raise ValueError(f"{json_path} pre-tokenizes with {_describe(pre_tokenizer)}; BytePairTokenizer reproduces "
+                         "the ByteLevel pre-tokenizer with GPT-2's pattern (use_regex) only.")
+    special_tokens_map, pair_layout, trim_offsets = _post_processing(post_processor, json_path, config, folder,
+                                                                     settings["added_tokens"])
+    if trim_offsets is None:
+        trim_offsets = pre_tokenizer.get("trim_offsets", True)
+    return {**settings, "add_prefix_space": bool(pre_tokenizer.get("add_prefix_space", False)),
+            "trim_offsets": bool(trim_offsets), "normalizer": _normalizer(tokenizer.get("normalizer"), json_path),
+            "special_tokens_map": special_tokens_map, "pair_layout": pair_layout}
+
+
+def _with_added_tokens(vocabulary, added, path):
+    """The model's tokens by id with the added tokens at their ids (past the
+    model's vocabulary: ModernBERT's `[CLS]` ...)."""
+    for token in added:
+        if type(token.get("id")) is not int or token["id"] < 0 or not isinstance(token.get("content"), str):
+            raise ValueError(f"{path} has the added token {token!r}; an added token has a content and an id from 0. "
+                             f"{files.how_to_replace(path)}")
+    tokens = list(vocabulary) + [None] * (max([t["id"] + 1 for t in added], default=0) - len(vocabulary))
+    for token in added:
+        tokens[token["id"]] = token["content"]
+    gaps = [i for i, token in enumerate(tokens) if token is None]
+    if gaps:
+        raise ValueError(f"{path} gives no token the ids {gaps[:5]}: ids go from 0 to {len(tokens) - 1} with "
+                         f"added tokens at {', '.join(str(t['id']) for t in added[-3:])}. "
+                         f"{files.how_to_replace(path)}")
+    return tokens
+
+
+def _describe(component):
+    return component.get("type") if isinstance(component, dict) else repr(component)
+
+
+def _normalizer(normalizer, path):
+    """The Unicode normal form of a `tokenizer.json` normalizer (None for none)."""
+    normalizers = (normalizer or {}).get("normalizers", []) if (normalizer or {}).get("type") == "Sequence" else (
+        [normalizer] if normalizer else [])
+    forms = [n.get("type") for n in normalizers]
+    if len(forms) > 1 or any(form not in NORMALIZERS for form in forms):
+        raise ValueError(f"{path} normalizes with {', '.join(map(str, forms))}; BytePairTokenizer reproduces none "
+                         f"or one of {', '.join(NORMALIZERS)}.")
+    return forms[0] if forms else None
+
+
+def _post_processing(post_processor, path, config, folder, added_tokens):
+    """`(special_tokens_map, pair_layout, trim_offsets)` as a `tokenizer.json`
+    post-processor adds the special tokens (`trim_offsets` None where it does
+    not say). The roles it does not name (pad, unk, mask) come from
+    `tokenizer_config.json`, else `special_tokens_map.json`."""
+    processors = post_processor.get("processors", []) if post_processor.get("type") == "Sequence" else (
+        [post_processor] if post_processor else [])
+    cls = sep = None
+    pair_layout, trim_offsets = "two_separators", None
+    for processor in processors:
+        kind = processor.get("type")
+        if kind == "ByteLevel":
+            trim_offsets = processor.get("trim_offsets", True)
+        elif kind in ("RobertaProcessing", "BertProcessing"):
+            cls, sep = processor["cls"][0], processor["sep"][0]
+            roberta = kind == "RobertaProcessing"
+            pair_layout = "two_separators" if roberta else "one_separator"
+            trim_offsets = processor.get("trim_offsets", True) if roberta else False
+        elif kind == "TemplateProcessing":
+            cls, sep, pair_layout = _template_layout(processor, path)
+            trim_offsets = False if trim_offsets is None else trim_offsets
+        else:
+            raise ValueError(f"{path} has a {kind} post-processor; BytePairTokenizer reads TemplateProcessing, "
+                             "RobertaProcessing, BertProcessing and ByteLevel.")
+    named = {**files.load_json(folder, SPECIAL_TOKENS_MAP, default={}), **config}
+    special_tokens_map = {}
+    for role in ROBERTA_SPECIAL_TOKENS:
+        token = {"cls_token": cls, "sep_token": sep}.get(role) or named.get(role)
+        token = token.get("content") if isinstance(token, dict) else token
+        if token is None:  # the role's token where the files name none: RoBERTa's or BERT's, as added
+            token = next((t for t in (ROBERTA_SPECIAL_TOKENS[role], BERT_SPECIAL_TOKENS[role]) if t in added_tokens),
+                         ROBERTA_SPECIAL_TOKENS[role])
+        special_tokens_map[role] = token
+    return special_tokens_map, pair_layout, trim_offsets
+
+
+def _template_layout(processor, path):
+    """`(cls, sep, pair_layout)` of a `TemplateProcessing`: `[CLS] $A [SEP]`
+    for one text, and `[CLS] $A [SEP] $B [SEP]` with B in segment 1
+    ("one_separator") or `<s> $A </s> </s> $B </s>` in segment 0
+    ("two_separators") for a pair."""
+    def items(name):
+        return [(("Sequence", item["Sequence"]["id"]) if "Sequence" in item
+                 else ("SpecialToken", _template_token(processor, item["SpecialToken"]["id"], path)),
+                 next(iter(item.values())).get("type_id", 0)) for item in processor.get(name) or []]
+
+    single, pair = items("single"), items("pair")
+    if len(single) == 3 and [kind for (kind, _), _ in single] == ["SpecialToken", "Sequence", "SpecialToken"]:
+        cls, sep = single[0][0][1], single[2][0][1]
+        layouts = {
+            "one_separator": [(("SpecialToken", cls), 0), (("Sequence", "A"), 0), (("SpecialToken", sep), 0),
+                              (("Sequence", "B"), 1), (("SpecialToken", sep), 1)],
+            "two_separators": [(("SpecialToken", cls), 0), (("Sequence", "A"), 0), (("SpecialToken", sep), 0),
+                               (("SpecialToken", sep), 0), (("Sequence", "B"), 0), (("SpecialToken", sep), 0)],
+        }
+        for layout, template in layouts.items():
+            if pair == template and single == template[:3]:
+                return cls, sep, layout
+    raise ValueError(f"{path} has a TemplateProcessing post-processor that packs a text as {_show(single)} and a "
+                     f"pair as {_show(pair)}; kbert packs [CLS] $A [SEP] and either [CLS] $A [SEP] $B:1 [SEP]:1 "
+                     "(BERT, ModernBERT) or <s> $A </s> </s> $B </s>, all in segment 0 (RoBERTa).")
+
+
+def _template_token(processor, name, path):
+    tokens = ((processor.get("special_tokens") or {}).get(name) or {}).get("tokens") or [name]
+    if len(tokens) != 1:
+        raise ValueError(f"{path}'s template adds {name} as the tokens {tokens}; kbert adds one token of each.")
+    return tokens[0]
+
+
+def _show(items):
+    return " ".join(f"{'$' if kind == 'Sequence' else ''}{value}:{type_id}" for (kind, value), type_id in items)
 
 
 def write_preset(folder, vocabulary, merges, add_prefix_space=False, trim_offsets=True, lstrip_tokens=("<mask>",),
-                 rstrip_tokens=(), model_max_length=None):
+                 rstrip_tokens=(), added_tokens=None, normalized_tokens=(), normalizer=None, special_tokens_map=None,
+                 pair_layout="two_separators", model_max_length=None):
     """Writes the tokenizer files of a `BytePairTokenizer` with these settings to `folder`."""
+    ids = {token: i for i, token in enumerate(vocabulary)}
+    special_tokens_map = dict(special_tokens_map or ROBERTA_SPECIAL_TOKENS)
+    roberta_tokens = set(SPECIAL_TOKEN_NAMES.values())
+    if added_tokens is None:
+        added_tokens = [t for t in ids if t in roberta_tokens]
+    if (special_tokens_map == ROBERTA_SPECIAL_TOKENS and pair_layout == "two_separators" and normalizer is None
+            and set(added_tokens) <= roberta_tokens):
+        _write_roberta(folder, vocabulary, merges, add_prefix_space, trim_offsets, lstrip_tokens, rstrip_tokens,
+                       model_max_length)
+        return
+    os.makedirs(folder, exist_ok=True)
+    special = {role: token for role, token in special_tokens_map.items() if token in ids}
+    # (tokenizers' defaults: a special token is matched as written, another added token in normalized text.)
+    added = [{"id": ids[t], "content": t, "single_word": False, "lstrip": t in lstrip_tokens,
+              "rstrip": t in rstrip_tokens, "normalized": t in normalized_tokens,
+              "special": t in special.values() or t not in normalized_tokens}
+             for t in sorted(set(added_tokens), key=ids.get)]
+    config = files.load_json(folder, files.TOKENIZER_CONFIG, default={})
+    # A bos or eos token named in the config makes transformers write its own post-processor.
+    for key in ("bos_token", "eos_token", "add_prefix_space", "trim_offsets"):
+        config.pop(key, None)
+    config.update(clean_up_tokenization_spaces=False, tokenizer_class="PreTrainedTokenizerFast", **special,
+                  added_tokens_decoder={str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added})
+    if model_max_length is not None:
+        config["model_max_length"] = int(model_max_length)
+    files.write_json(folder, files.TOKENIZER_CONFIG, config)
+    files.write_json(folder, SPECIAL_TOKENS_MAP, special)
+    byte_level = {"add_prefix_space": add_prefix_space, "trim_offsets": trim_offsets, "use_regex": True}
+    post_processor = _template(special.get("cls_token"), special.get("sep_token"), ids, pair_layout)
+    if trim_offsets or post_processor is None:
+        # A template trims nothing: the ByteLevel post-processor trims first.
+        post_processor = {"type": "Sequence", "processors": [{"type": "ByteLevel", **byte_level},
+                                                              *([post_processor] if post_processor else [])]}
+    files.write_json(folder, files.TOKENIZER_JSON, {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": normalizer} if normalizer else None,
+        "pre_tokenizer": {"type": "ByteLevel", **byte_level},
+        "post_processor": post_processor,
+        "decoder": {"type": "ByteLevel", **byte_level},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": ids, "merges": [[a, b] for a, b in merges]},
+    })
+
+
+def _template(cls, sep, ids, pair_layout):
+    """The `TemplateProcessing` of `pair_layout` (`_template_layout` reads it back)."""
+    if cls is None or sep is None:
+        return None
+
+    def token(t, segment):
+        return {"SpecialToken": {"id": t, "type_id": segment}}
+
+    def sequence(name, segment):
+        return {"Sequence": {"id": name, "type_id": segment}}
+
+    single = [token(cls, 0), sequence("A", 0), token(sep, 0)]
+    pair = single + ([sequence("B", 1), token(sep, 1)] if pair_layout == "one_separator"
+                     else [token(sep, 0), sequence("B", 0), token(sep, 0)])
+    return {"type": "TemplateProcessing", "single": single, "pair": pair,
+            "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in (cls, sep)}}
+
+
+def _write_roberta(folder, vocabulary, merges, add_prefix_space, trim_offsets, lstrip_tokens, rstrip_tokens,
+                   model_max_length):
+    """RoBERTa's five files, `RobertaTokenizer` named (which builds RoBERTa's pipeline)."""
     os.makedirs(folder, exist_ok=True)
     ids = {token: i for i, token in enumerate(vocabulary)}
     files.write_json(folder, VOCAB_JSON, ids)

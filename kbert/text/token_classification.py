@@ -101,12 +101,19 @@ def _words_of_pieces(texts, piece_starts, piece_ends, room):
     tokens) and its byte span. Tokens before a text's first word (leading
     whitespace) are in none."""
     _, word_starts, _ = split_words_with_offsets(texts)
+    # A token whose span starts with the whitespace before its word (a "Ġ"
+    # token where offsets are not trimmed: ModernBERT's) starts where its
+    # word does; a token of whitespace alone starts no word.
+    spans = piece_ends.flat_values - piece_starts.flat_values
+    text = tf.strings.substr(tf.gather(texts, row_ids(piece_starts)), piece_starts.flat_values, spans)
+    lead = spans - tf.cast(tf.strings.length(tf.strings.regex_replace(text, f"^(?:{WHITESPACE})+", "")), tf.int64)
+    piece_starts = piece_starts.with_flat_values(piece_starts.flat_values + lead)
     # Byte offsets keyed by their text, so that one sorted search finds them.
     key = lambda offsets: row_ids(offsets) * 2**40 + offsets.flat_values  # noqa: E731
     piece_keys = key(piece_starts)
     boundaries = tf.concat([key(word_starts), [tf.int64.max]], 0)
     at_boundary = tf.equal(tf.gather(boundaries, tf.searchsorted(boundaries, piece_keys, out_type=tf.int64)),
-                           piece_keys)
+                           piece_keys) & (lead < spans)
     starts_word = at_boundary & tf.concat([[True], tf.not_equal(piece_keys[1:], piece_keys[:-1])], 0)
     word = tf.cumsum(tf.cast(starts_word, tf.int64)) - 1  # each token's word, counted over the batch
     first = tf.where(starts_word)[:, 0]
