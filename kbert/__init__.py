@@ -26,6 +26,7 @@ from kbert.models import (
     BertTextEmbedder,
     BertTokenClassifier,
     MaskedLM,
+    ModernBertBackbone,
     QuestionAnswerer,
     TextClassifier,
     TextEmbedder,

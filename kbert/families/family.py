@@ -51,6 +51,15 @@ class Family:
         classifier_head: None: dropout and a dense layer on the pooled
             first token (BERT's); else the dense layer and activation of a
             head on the first token: `{"activation", "dropout_first"}`.
+        prediction_head: the checkpoint name of the head that every
+            fine-tuning head (sequence and token classifier, question
+            answerer) reads its features through: dense -> activation ->
+            LayerNorm, as the backbone's `prediction_head_arguments()` say
+            (ModernBERT's `"head"`); `""` for none.
+        question_answerer_output: the question answerer's output layer in a
+            checkpoint.
+        backbone: kbert's backbone class for the family (its Keras
+            registered name), which `from_preset` builds.
         pooled: transformers' classes that hold the pooler.
         token_types: whether the model has token type (segment) embeddings.
         positions_after_padding: whether positions start after the padding
@@ -83,6 +92,9 @@ class Family:
     masked_lm_table: Callable = _refuse
     classifier_output: str = "classifier"
     classifier_head: Mapping = None
+    prediction_head: str = ""
+    question_answerer_output: str = "qa_outputs"
+    backbone: str = "BertBackbone"
     pooled: tuple = ()
     token_types: bool = True
     positions_after_padding: bool = False
@@ -113,6 +125,12 @@ class Family:
                 found.append(f"{field} must be a function")
         if self.classifier_head is not None and set(self.classifier_head) != {"activation", "dropout_first"}:
             found.append('classifier_head must be None or {"activation": ..., "dropout_first": ...}')
+        if not isinstance(self.prediction_head, str):
+            found.append('prediction_head must name a checkpoint layer ("head"), or be "" for none')
+        if not isinstance(self.question_answerer_output, str) or not self.question_answerer_output:
+            found.append('question_answerer_output must name a checkpoint layer ("qa_outputs")')
+        if not isinstance(self.backbone, str) or not self.backbone.endswith("Backbone"):
+            found.append('backbone must name kbert\'s backbone class ("BertBackbone")')
         return found
 
     @property

@@ -1,16 +1,42 @@
 """The row format of the checkpoint name tables: (kbert variable, Hugging
 Face name, transform). PyTorch's `Linear.weight` is `[out, in]` and Keras'
-`Dense.kernel` is `[in, out]`, hence the transposes."""
+`Dense.kernel` is `[in, out]`, hence the transposes. A checkpoint tensor
+that fuses several of kbert's layers (ModernBERT's `Wqkv`: query, key and
+value stacked along the output rows) is read by one row per layer, each
+taking its `Part`."""
+
+import collections
 
 T = "transpose"
 
 
-def dense(layer, name):
-    return [(layer.kernel, f"{name}.weight", T), (layer.bias, f"{name}.bias", None)]
+class Part(collections.namedtuple("Part", ("index", "count", "transform"))):
+    """A row's transform where its variable is the `index`-th of `count`
+    equal blocks of the checkpoint tensor's first axis (then `transform`d)."""
+
+
+def dense(layer, name, part=None):
+    """A dense layer's rows (no bias row where it has none); `part`:
+    `(index, count)` of a fused tensor that holds it (`Part`)."""
+    kernel, bias = (T, None) if part is None else (Part(*part, T), Part(*part, None))
+    rows = [(layer.kernel, f"{name}.weight", kernel)]
+    return rows + ([(layer.bias, f"{name}.bias", bias)] if layer.bias is not None else [])
+
+
+def fused_dense(layers, name):
+    """Dense layers stored as one tensor, their outputs stacked in order."""
+    return [row for i, layer in enumerate(layers) for row in dense(layer, name, (i, len(layers)))]
 
 
 def layer_norm(layer, name, scale="weight", offset="bias"):
-    return [(layer.gamma, f"{name}.{scale}", None), (layer.beta, f"{name}.{offset}", None)]
+    """A LayerNorm's rows (no offset row where it has none)."""
+    rows = [(layer.gamma, f"{name}.{scale}", None)]
+    return rows + ([(layer.beta, f"{name}.{offset}", None)] if layer.beta is not None else [])
+
+
+def prediction_head(layer, name):
+    """A `PredictionHead`'s rows: ModernBERT's `head.dense`, `head.norm`."""
+    return [*dense(layer.dense, f"{name}.dense"), *layer_norm(layer.layer_norm, f"{name}.norm")]
 
 
 def encoder_layers(backbone, prefix="encoder.layer"):

@@ -24,6 +24,8 @@ class MaskedLMHead(keras.layers.Layer):
             Without it the head learns its own projection.
         activation: `"gelu"` (exact, BERT's) or `"gelu_approximate"`.
         layer_norm_epsilon: LayerNorm epsilon (BERT: 1e-12).
+        use_bias: whether the transform has a bias (ModernBERT's has none).
+        norm_bias: whether the LayerNorm has an offset (ModernBERT's has none).
         kernel_initializer: initializer of the transform's kernel.
 
     Call arguments:
@@ -47,6 +49,8 @@ class MaskedLMHead(keras.layers.Layer):
         token_embedding=None,
         activation="gelu",
         layer_norm_epsilon=1e-12,
+        use_bias=True,
+        norm_bias=True,
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
@@ -63,6 +67,8 @@ class MaskedLMHead(keras.layers.Layer):
         self.token_embedding = token_embedding
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_bias = bool(use_bias)
+        self.norm_bias = bool(norm_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def build(self, inputs_shape, mask_positions_shape=None):
@@ -71,11 +77,12 @@ class MaskedLMHead(keras.layers.Layer):
         # are narrower than its hidden states).
         width = self.token_embedding.output_dim if self.token_embedding is not None else hidden_dim
         self.transform = keras.layers.Dense(
-            width, kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="transform"
+            width, use_bias=self.use_bias, kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy,
+            name="transform",
         )
         self.transform.build((None, None, hidden_dim))
         self.layer_norm = LayerNorm(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
+            epsilon=self.layer_norm_epsilon, center=self.norm_bias, dtype=self.dtype_policy, name="layer_norm"
         )
         self.layer_norm.build((None, None, width))
         if self.token_embedding is None:
@@ -106,6 +113,8 @@ class MaskedLMHead(keras.layers.Layer):
             "vocabulary_size": self.vocabulary_size,
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "use_bias": self.use_bias,
+            "norm_bias": self.norm_bias,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         })
         return config

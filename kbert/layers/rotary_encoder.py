@@ -167,9 +167,10 @@ class RotaryEncoder(keras.layers.Layer):
     @staticmethod
     def _in_blocks(length, half_window):
         """Whether a local layer attends in blocks (`banded_attention`):
-        where the length is unknown (a traced graph) or longer than the
-        three blocks each query reads there."""
-        return length is None or length > 3 * half_window
+        where the length is unknown (a traced graph; JAX's symbolic
+        dimensions while Keras infers shapes) or longer than the three
+        blocks each query reads there."""
+        return not isinstance(length, int) or length > 3 * half_window
 
     def _full_attention(self, q, k, v, mask, training, fused):
         dropout_rate = self.attention_dropout.rate if training else 0.0

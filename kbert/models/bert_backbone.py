@@ -280,9 +280,22 @@ class BertBackbone(LoRA, keras.Model):
 
     @classmethod
     def from_preset_config(cls, config):
-        """A backbone from a preset's config, with its dtype resolved first
-        (`dtype="auto"` chosen, a bfloat16 policy checked to run here)."""
-        return cls.from_config({**config, "dtype": resolve_dtype(config.get("dtype"))})
+        """A backbone from a preset's config, of its family's backbone class
+        (`BertBackbone`, `ModernBertBackbone`: `kbert.families`), with its
+        dtype resolved first (`dtype="auto"` chosen, a bfloat16 policy
+        checked to run here)."""
+        family = families.get(config.get("family", "bert"))
+        built = keras.saving.get_registered_object(f"kbert>{family.backbone}")
+        if not issubclass(built, cls):
+            raise ValueError(f"This preset holds a {family.name} model, a kbert.{family.backbone}; "
+                             f"{cls.__name__} cannot build it. Use kbert.{family.backbone}.from_preset.")
+        return built.from_config({**config, "dtype": resolve_dtype(config.get("dtype"))})
+
+    def prediction_head_arguments(self):
+        """The settings of the transform (dense -> activation -> LayerNorm)
+        that task heads read the sequence output through: BERT's masked-LM
+        head's (`MaskedLMHead`, `PredictionHead` arguments)."""
+        return {"activation": self.activation, "layer_norm_epsilon": self.layer_norm_epsilon}
 
     def save_to_preset(self, folder):
         """Writes the config and weights to `folder` in kbert's layout."""
@@ -295,6 +308,8 @@ class BertBackbone(LoRA, keras.Model):
 def _check_settings(family, num_segments, position_offset, dtype):
     """Refuses settings the family's checkpoints cannot have."""
     kind = families.get(family)  # refuses an unknown one
+    if kind.backbone != "BertBackbone":
+        raise ValueError(f"A {family!r} backbone is a kbert.{kind.backbone}, not a BertBackbone.")
     if bool(num_segments) != kind.token_types:
         raise ValueError(f"num_segments={num_segments} for a {family!r} backbone: "
                          + ("it has token types, so num_segments >= 1." if num_segments == 0 else

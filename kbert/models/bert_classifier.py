@@ -6,7 +6,7 @@ import numpy as np
 
 from kbert.aliases import also_named
 from kbert import families, text
-from kbert.layers import Dropout
+from kbert.layers import Dropout, PredictionHead
 from kbert.models.bert_backbone import head_initializer
 from kbert.models import task_answers
 from kbert.models.task import Task
@@ -196,9 +196,10 @@ class TextClassifier(Task):
 
     @property
     def reads_pooler(self):
-        # RoBERTa's, DistilBERT's and ELECTRA's heads have a dense layer of their own.
+        # RoBERTa's, DistilBERT's and ELECTRA's heads have a dense layer of their own; ModernBERT has no pooler.
         backbone = getattr(self, "backbone", None)
-        return backbone is None or families.get(backbone.family).classifier_head is None
+        return backbone is None or (families.get(backbone.family).classifier_head is None
+                                    and backbone.pooled_dense is not None)
 
 
 # The name of the first releases (kbert.aliases).
@@ -238,11 +239,17 @@ def classifier_logits(backbone, features, num_classes, dropout=None, family_head
     """The classification head on `features` (a pooled vector, or every
     token's): dropout and a dense layer giving `num_classes` float32 logits,
     after the family's own dense layer where it has one (`family_head`, its
-    `CLASSIFIER_HEAD`: RoBERTa's, ELECTRA's, DistilBERT's). `dropout`: the
+    `CLASSIFIER_HEAD`: RoBERTa's, ELECTRA's, DistilBERT's) and after the
+    backbone's prediction head where the family reads features through one
+    (its `prediction_head`: ModernBERT's). `dropout`: the
     rate, `None` for the backbone's (as transformers' `classifier_dropout=None`).
     The layers' names are those the Hugging Face tables read (`logits`,
     `classifier_dense`)."""
     rate = backbone.dropout if dropout is None else dropout
+    if families.get(backbone.family).prediction_head:
+        # ModernBERT's `head`, before each task's own layers.
+        features = PredictionHead(**backbone.prediction_head_arguments(), kernel_initializer=head_initializer(),
+                                  dtype="float32", name="prediction_head")(features)
     if family_head is not None:
         if family_head["dropout_first"]:
             features = Dropout(rate, name="classifier_dense_dropout")(features)

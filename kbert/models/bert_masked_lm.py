@@ -61,8 +61,7 @@ class MaskedLM(Task):
     def _heads(self, backbone, inputs, backbone_outputs):
         mlm_logits = MaskedLMHead(
             token_embedding=backbone.token_embedding,
-            activation=backbone.activation,
-            layer_norm_epsilon=backbone.layer_norm_epsilon,
+            **backbone.prediction_head_arguments(),
             kernel_initializer=bert_initializer(),
             dtype=backbone.dtype_policy,
             name="mlm_head",

@@ -73,7 +73,8 @@ class TrainedWeights:
         # The one place that decides which of Keras' trainable weights `fit`
         # leaves as they are (what LoRA freezes, Keras' own flags say: see
         # `enable_lora`).
-        return set() if self.reads_pooler else {id(v) for v in self.backbone.pooled_dense.weights}
+        pooler = self.backbone.pooled_dense  # (None in a backbone without one: ModernBERT's)
+        return set() if self.reads_pooler or pooler is None else {id(v) for v in pooler.weights}
 
     @property
     def trainable_weights(self):

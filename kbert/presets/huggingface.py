@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from kbert import families
-from kbert.families.tables import T
+from kbert.families.tables import Part, T
 from kbert.presets import weight_check
 from kbert.presets.files import how_to_replace
 
@@ -41,13 +41,27 @@ def tensors_of(table, prefix="", dtype="float32"):
     """The checkpoint tensors of `table`'s variables as numpy arrays of
     `dtype` (a numpy or ml_dtypes name, e.g. "bfloat16"): the rows run
     backwards, named `prefix` + name."""
-    tensors = {}
+    parts = {}
     for variable, name, transform in table:
         # (A LoRA layer's kernel is a tensor, the kernel with its update merged.)
         value = np.asarray(keras.ops.convert_to_numpy(variable))
-        value = value.T if transform == T else value
-        tensors[prefix + name] = np.ascontiguousarray(value.astype(_numpy_dtype(dtype)))
-    return tensors
+        index = transform.index if isinstance(transform, Part) else 0
+        value = value.T if _transpose(transform) else value
+        parts.setdefault(prefix + name, {})[index] = value.astype(_numpy_dtype(dtype))
+    # A fused tensor's parts, stacked in order along its first axis.
+    return {name: np.ascontiguousarray(np.concatenate([blocks[i] for i in sorted(blocks)]))
+            for name, blocks in parts.items()}
+
+
+def _transpose(transform):
+    return (transform.transform if isinstance(transform, Part) else transform) == T
+
+
+def _to_variable(value, transform):
+    """A checkpoint tensor as the value of a table row's variable."""
+    if isinstance(transform, Part):
+        value = np.split(value, transform.count)[transform.index]
+    return value.T if _transpose(transform) else value
 
 
 def _numpy_dtype(dtype):
@@ -136,16 +150,13 @@ def assign(table, tensors, prefix="", source="checkpoint"):
         if key not in tensors:
             problems.append(f"missing tensor {key} (expected shape {_hf_shape(variable.shape, transform)})")
             continue
-        value = tensors[key]
-        if transform == T:
-            value = value.T
-        if tuple(value.shape) != tuple(variable.shape):
+        if tuple(tensors[key].shape) != _hf_shape(variable.shape, transform):
             problems.append(
                 f"tensor {key} has shape {tuple(tensors[key].shape)}, "
                 f"expected {_hf_shape(variable.shape, transform)}"
             )
             continue
-        values.append((variable, value))
+        values.append((variable, _to_variable(tensors[key], transform)))
     if problems:
         raise ValueError(
             f"The weights in {source} do not match its config:\n  " + "\n  ".join(problems)
@@ -174,4 +185,7 @@ def unused_backbone_tensors(table, tensors, prefix, family="bert"):
 
 def _hf_shape(shape, transform):
     shape = tuple(shape)
-    return shape[::-1] if transform == T else shape
+    shape = shape[::-1] if _transpose(transform) else shape
+    if isinstance(transform, Part):  # one of `count` blocks of the first axis
+        shape = (shape[0] * transform.count, *shape[1:])
+    return shape

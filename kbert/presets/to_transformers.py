@@ -113,8 +113,9 @@ def _head_config(model, kind):
         # kbert reads back as no class_names.
         names = model.class_names or [f"LABEL_{i}" for i in range(model.num_classes)]
         config = {"id2label": {str(i): label for i, label in enumerate(names)},
-                  "label2id": {label: i for i, label in enumerate(names)},
-                  "classifier_dropout": model.dropout}
+                  "label2id": {label: i for i, label in enumerate(names)}}
+        if model.dropout is not None:  # (None: the backbone's, transformers' default; ModernBERT's config refuses None)
+            config["classifier_dropout"] = model.dropout
         if kind == "ForSequenceClassification":
             config["problem_type"] = model.problem_type
             if model.num_classes == 1:  # so that CrossEncoder scores as kbert does

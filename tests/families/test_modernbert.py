@@ -1,0 +1,158 @@
+"""ModernBERT against transformers on the same weights: the backbone (local
+and global layers, inputs longer than the window, 2,048 tokens) and every
+task head, from tiny random checkpoints saved by transformers' own classes
+(weights nudged off their initialisation), and back out with
+`export_to_transformers`."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import kbert
+from tests.helpers import rebuilt_from_config, to_numpy, transformers_outputs
+
+VOCABULARY = 100
+# Three layers, 0 and 2 global, 1 local over +-8 tokens: inputs of 40 tokens
+# read past the window, in blocks (kbert.layers.local_attention).
+SIZES = dict(vocab_size=VOCABULARY, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+             num_attention_heads=2, local_attention=16, global_attn_every_n_layers=2, max_position_embeddings=4096,
+             pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+# (kbert task, transformers class suffix)
+TASKS = {
+    "backbone": (kbert.ModernBertBackbone, "Model"),
+    "classifier": (kbert.TextClassifier, "ForSequenceClassification"),
+    "masked_lm": (kbert.MaskedLM, "ForMaskedLM"),
+}
+
+
+def save_checkpoint(folder, suffix, **config):
+    """A tiny random ModernBERT of transformers' class `ModernBert{suffix}`,
+    weights nudged (so that unit LayerNorm scales and zero biases test
+    nothing), saved to `folder` as safetensors."""
+    hf_config = transformers.ModernBertConfig(**{**SIZES, **config}, num_labels=3, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = getattr(transformers, "ModernBert" + suffix)(hf_config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    model.save_pretrained(folder)
+    return model
+
+
+def random_ids(length=40, batch=3, seed=0):
+    """Right-padded rows: the whole length, 60% of it, 3 tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = np.array([length, int(0.6 * length), 3][:batch])
+    padding_mask = (np.arange(length)[None, :] < lengths[:, None]).astype("int32")
+    token_ids = np.where(padding_mask > 0, rng.integers(3, VOCABULARY, size=(batch, length)), 0).astype("int32")
+    return {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids), "padding_mask": padding_mask}
+
+
+def hf_outputs(model, inputs):
+    out = transformers_outputs(model, {k: inputs[k] for k in ("token_ids", "padding_mask")})
+    return out.last_hidden_state.numpy() if hasattr(out, "last_hidden_state") else out.logits.numpy()
+
+
+def kbert_outputs(model, inputs):
+    if isinstance(model, kbert.MaskedLM):  # kbert's masked LM scores chosen positions: every position here
+        positions = np.tile(np.arange(inputs["token_ids"].shape[1], dtype="int32"), (len(inputs["token_ids"]), 1))
+        return to_numpy(model({**inputs, "mask_positions": positions})["mlm_logits"])
+    out = model(inputs)
+    return to_numpy(out["sequence_output"] if isinstance(out, dict) else out)
+
+
+def assert_close(got, expected, padding_mask):
+    if got.ndim == 3:  # per position: padding positions differ
+        real = padding_mask.astype(bool)
+        got, expected = got[real], expected[real]
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("task, config", [("backbone", {}), ("classifier", {"classifier_pooling": "cls"}),
+                                          ("classifier", {"classifier_pooling": "mean"}), ("masked_lm", {})])
+def test_every_task_matches_transformers_and_exports_back(tmp_path, task, config):
+    cls, suffix = TASKS[task]
+    hf_model = save_checkpoint(tmp_path / "hf", suffix, **config)
+    model = cls.from_preset(str(tmp_path / "hf"), **({} if task == "backbone" else {"preprocessor": None}))
+    inputs = random_ids()
+    outputs = kbert_outputs(model, inputs)
+    assert_close(outputs, hf_outputs(hf_model, inputs), inputs["padding_mask"])
+
+    model.export_to_transformers(str(tmp_path / "out"))
+    exported = transformers.AutoConfig.from_pretrained(str(tmp_path / "out"))
+    assert exported.model_type == "modernbert" and exported.architectures == [type(hf_model).__name__]
+    assert exported.layer_types == hf_model.config.layer_types
+    back = type(hf_model).from_pretrained(str(tmp_path / "out"), attn_implementation="sdpa").eval()
+    assert_close(outputs, hf_outputs(back, inputs), inputs["padding_mask"])
+
+
+def test_hidden_states_and_2048_tokens_match_transformers(tmp_path):
+    hf_model = save_checkpoint(tmp_path, "Model")
+    backbone = kbert.ModernBertBackbone.from_preset(str(tmp_path))
+    inputs = random_ids(length=2048, batch=2)
+    got = backbone.with_hidden_states()(inputs)
+    expected = transformers_outputs(hf_model, {k: inputs[k] for k in ("token_ids", "padding_mask")},
+                                    output_hidden_states=True)
+    # transformers' last hidden state is the final norm's output, as kbert's.
+    assert len(got["hidden_states"]) == len(expected.hidden_states) == 4
+    for mine, theirs in zip(got["hidden_states"], expected.hidden_states):
+        assert_close(to_numpy(mine), theirs.numpy(), inputs["padding_mask"])
+    assert_close(to_numpy(got["sequence_output"]), expected.last_hidden_state.numpy(), inputs["padding_mask"])
+
+
+def test_local_layers_see_only_their_window_and_global_ones_everything():
+    backbone = kbert.ModernBertBackbone(vocabulary_size=VOCABULARY, num_layers=2, num_heads=2, hidden_dim=16,
+                                        intermediate_dim=24, local_attention=8, global_attention_every=2)
+    assert [layer.local_attention for layer in backbone.transformer_layers] == [None, 8]
+    assert backbone.transformer_layers[0].attention_layer_norm is None
+    inputs = random_ids(length=30, batch=1)
+    changed = {**inputs, "token_ids": inputs["token_ids"].copy()}
+    changed["token_ids"][0, 29] = 3 if inputs["token_ids"][0, 29] != 3 else 4
+    hidden = backbone.with_hidden_states()
+    first, again = (to_numpy(hidden(x)["hidden_states"][1]) for x in (inputs, changed))
+    assert np.abs(again[0, 0] - first[0, 0]).max() > 1e-4  # the global layer 0 reads the last token
+    scores = to_numpy(backbone.attention_scores(inputs, layer_index=1))
+    assert scores[0, :, 0, 5:].max() == 0 and scores[0, :, 20, 16:25].min() > 0  # within +-4 only
+
+
+def test_a_backbone_saves_and_loads_as_keras_file_and_config(tmp_path):
+    backbone = kbert.ModernBertBackbone(vocabulary_size=VOCABULARY, num_layers=2, num_heads=2, hidden_dim=16,
+                                        intermediate_dim=24, local_attention=8, pooling="mean", norm_bias=True)
+    inputs = random_ids(length=20)
+    expected = to_numpy(backbone(inputs)["pooled_output"])
+    for copy in rebuilt_from_config(backbone):
+        assert copy.get_config() == backbone.get_config()
+    backbone.save(str(tmp_path / "backbone.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "backbone.keras"))
+    assert isinstance(loaded, kbert.ModernBertBackbone)
+    np.testing.assert_allclose(to_numpy(loaded(inputs)["pooled_output"]), expected, atol=1e-6)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    again = kbert.Backbone.from_preset(str(tmp_path / "preset"))  # the family's class, from any backbone class
+    assert isinstance(again, kbert.ModernBertBackbone)
+    np.testing.assert_allclose(to_numpy(again(inputs)["pooled_output"]), expected, atol=1e-6)
+
+
+def test_configs_of_earlier_transformers_and_other_patterns(tmp_path):
+    save_checkpoint(tmp_path, "Model")
+    config = json.loads((tmp_path / "config.json").read_text())
+    # transformers 4's keys: no layer_types, no rope_parameters.
+    earlier = {k: v for k, v in config.items() if k not in ("layer_types", "rope_parameters")}
+    (tmp_path / "config.json").write_text(json.dumps({**earlier, "global_rope_theta": 80_000.0}))
+    backbone = kbert.ModernBertBackbone.from_preset(str(tmp_path))
+    assert backbone.global_attention_every == 2 and backbone.global_rope_theta == 80_000.0
+    assert backbone.local_rope_theta == 10_000.0
+    (tmp_path / "config.json").write_text(json.dumps({**config, "layer_types": ["sliding_attention"] * 3}))
+    with pytest.raises(ValueError, match=r"layer_types=\['sliding_attention'.*a global layer every n layers"):
+        kbert.ModernBertBackbone.from_preset(str(tmp_path))
+
+
+def test_a_modernbert_preset_is_not_a_bert_backbone(tmp_path):
+    sizes = dict(vocabulary_size=VOCABULARY, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
+    with pytest.raises(ValueError, match="A 'modernbert' backbone is a kbert.ModernBertBackbone, not a BertBackbone"):
+        kbert.BertBackbone(**sizes, num_segments=0, family="modernbert")
+    with pytest.raises(ValueError, match="A 'bert' backbone is a kbert.BertBackbone; ModernBertBackbone builds"):
+        kbert.ModernBertBackbone(**sizes, family="bert")
