@@ -355,14 +355,16 @@ def _charsmap_trie(precompiled_charsmap):
 
 def text_patterns(pieces, charsmap):
     """The regexes that make the text around SentencePiece behave as in
-    `tokenizers`: `(kept_whitespace, before_piece, after_piece, unknown_run)`.
-    Whitespace the normalizer (`charsmap`, bytes) keeps becomes as many
-    spaces as it has bytes (so byte offsets hold), for the model to split at.
+    `tokenizers`: `(word_breaks, before_piece, after_piece, unknown_run)`.
+    Whitespace that stays whitespace after the normalizer (`charsmap`,
+    bytes), where WhitespaceSplit splits, becomes as many spaces as it has
+    bytes (so byte offsets hold), for the text to be split at spaces.
     """
     normalized = charsmap_of_characters(charsmap)
-    kept = [c for c in WHITE_SPACE if c != " " and c not in normalized]
-    by_length = [(n, "".join(c for c in kept if len(c.encode()) == n)) for n in (1, 2, 3)]
-    kept_whitespace = [(f"[{chars}]", " " * n) for n, chars in by_length if chars]
+    breaks = [c for c in WHITE_SPACE if c != " " and (c not in normalized or (normalized[c] and
+                                                                            not normalized[c].strip()))]
+    by_length = [(n, "".join(c for c in breaks if len(c.encode()) == n)) for n in (1, 2, 3)]
+    word_breaks = [(f"[{chars}]", " " * n) for n, chars in by_length if chars]
     # Hugging Face's spans leave out the characters the normalizer deletes
     # at a piece's end, and those it deletes or turns into spaces at its start.
     deleted = "".join(c for c, n in normalized.items() if n == "")
@@ -375,7 +377,7 @@ def text_patterns(pieces, charsmap):
     # from its first character alone.
     known = {c for piece, _ in pieces for c in piece} | set(normalized) | set(WHITE_SPACE) | _MARKS
     unknown_run = f"({character_class(known, negated=True)})" + f"{character_class(known, negated=True)}+"
-    return kept_whitespace, before_piece, after_piece, unknown_run
+    return word_breaks, before_piece, after_piece, unknown_run
 
 
 def character_class(chars, negated=False):

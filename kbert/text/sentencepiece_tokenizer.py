@@ -82,7 +82,7 @@ class _Tokenization:
             for token in sorted(special_tokens, key=len, reverse=True)
         ) or None
         charsmap = base64.b64decode(precompiled_charsmap)
-        self.kept_whitespace, self.before_piece, self.after_piece, self.unknown_run = text_patterns(
+        self.word_breaks, self.before_piece, self.after_piece, self.unknown_run = text_patterns(
             pieces, charsmap
         )
         # Pieces that repeat one character ("...", "!!"): their codepoint and length.
@@ -117,13 +117,43 @@ class _Tokenization:
         )
 
     def _run_model(self, texts, with_offsets):
-        for pattern, spaces in self.kept_whitespace:
+        """The model on each word of `texts` alone, as `tokenizers` runs it.
+        SentencePiece's C++ adds up the scores of a whole input's pieces in
+        float32: over a long text (a 3,990-character review sums to about
+        -15,000, where float32 steps by 0.001) it cannot tell two cuts of a
+        word apart, and may pick the worse one. A word's sum is exact enough.
+        (No piece spans whitespace, so the words' pieces are the text's.)"""
+        words, word_starts = self._words(texts)
+        pieces = self._run_model_on_words(words.flat_values, with_offsets)
+        if with_offsets:
+            shift = repeat(word_starts, pieces[0].row_lengths())
+            pieces = (pieces[0], *(p.with_flat_values(p.flat_values + shift) for p in pieces[1:]))
+        return tuple(merge_rows(p, words.row_splits) for p in pieces)
+
+    def _words(self, texts):
+        """The words of `texts` as written (`tokenizers`' WhitespaceSplit),
+        ragged `[texts, (words)]`, and each one's byte offset in its text.
+        (Split at spaces by `tf.strings.split`: tensorflow-text's regex split
+        ends a string at U+0000, which SentencePiece reads as <unk>.)"""
+        for pattern, spaces in self.word_breaks:
             texts = tf.strings.regex_replace(texts, pattern, spaces)
+        words = tf.strings.split(texts, " ")
+        rows = row_ids(words)
+        lengths = tf.cast(tf.strings.length(words.flat_values), tf.int64)
+        before = tf.cumsum(lengths + 1, exclusive=True)  # each word and the space after it
+        starts = before - tf.gather(before, tf.gather(tf.cast(words.row_splits, tf.int64), rows))
+        kept = lengths > 0
+        row_splits = tf.concat([[0], tf.cumsum(tf.math.unsorted_segment_sum(tf.cast(kept, tf.int64), rows,
+                                                                            words.nrows()))], 0)
+        return (tf.RaggedTensor.from_row_splits(tf.boolean_mask(words.flat_values, kept), row_splits, validate=False),
+                tf.boolean_mask(starts, kept))
+
+    def _run_model_on_words(self, words, with_offsets):
         if not with_offsets:
-            texts = tf.strings.regex_replace(texts, self.unknown_run, r"\1")
-            return (self._order_runs(self.model.tokenize(texts))[0],)
-        ids, starts, ends = self.model.tokenize_with_offsets(texts)
-        starts, ends = self._hugging_face_spans(texts, ids, starts, ends)
+            words = tf.strings.regex_replace(words, self.unknown_run, r"\1")
+            return (self._order_runs(self.model.tokenize(words))[0],)
+        ids, starts, ends = self.model.tokenize_with_offsets(words)
+        starts, ends = self._hugging_face_spans(words, ids, starts, ends)
         ids, order, run = self._order_runs(ids)
         # The reordered pieces of a run share out its bytes in their new order.
         lengths = tf.gather(ends.flat_values - starts.flat_values, order)

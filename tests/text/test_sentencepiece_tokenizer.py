@@ -113,13 +113,12 @@ def test_ids_match_hugging_face_on_every_corpus_line(folder, corpus):
     assert differing(ours, theirs, corpus) == []
 
 
-@pytest.mark.xfail(strict=True, reason="known: SentencePiece's C++ Viterbi adds a long text's scores in float32")
 def test_a_long_text_is_cut_as_tokenizers_cuts_it_word_by_word(tmp_path):
     # On this model (draw 1), a 3,990-character German review: at its end the
     # float32 sum of about 1,570 pieces' scores (-15,000) cannot tell
     # "iden" + "der" from "ide" + "nder" (0.0004 apart), and SentencePiece's
-    # own C++ picks the worse; `tokenizers` scores each word alone, exactly.
-    # kbert runs that C++ on whole texts; the fix is to give it words.
+    # own C++ picks the worse; `tokenizers` scores each word alone, and so
+    # does kbert now.
     folder = train_hub_folder(tmp_path, draw=1)
     text = next(t for t in read_tsv_column(DATA / "multilingual_polarity" / "subset.tsv")
                 if t.startswith('"Faust" des 20. Jahrhunderts'))
