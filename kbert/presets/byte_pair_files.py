@@ -65,20 +65,33 @@ def parse_merge(merge, path):
     return tuple(pair)
 
 
-def _tokens_by_id(ids, path):
+def _tokens_by_id(ids, path, added=()):
     """The tokens of a vocabulary as `vocab.json` and `tokenizer.json` hold
-    it (an object of token -> id), as a list indexed by id."""
+    it (an object of token -> id), as a list indexed by id, with the
+    `added` tokens (`tokenizer.json`'s) at their ids: past the model's
+    (ModernBERT's `[CLS]` ...), or in its place."""
     if not isinstance(ids, dict):
         raise ValueError(f'{path} has a vocabulary that is not an object of token -> id ({{"<s>": 0, ...}}). '
                          f"{files.how_to_replace(path)}")
-    tokens = [None] * len(ids)
+    for token in added:
+        if type(token.get("id")) is not int or token["id"] < 0 or not isinstance(token.get("content"), str):
+            raise ValueError(f"{path} has the added token {token!r}; an added token has a content and an id from 0. "
+                             f"{files.how_to_replace(path)}")
+    size = max([len(ids)] + [t["id"] + 1 for t in added])
+    tokens = [None] * size
     for token, i in ids.items():
         if type(i) is not int:
-            raise ValueError(f"{path} gives the token {token!r} the id {i!r}; ids are integers, 0 to {len(ids) - 1}. "
+            raise ValueError(f"{path} gives the token {token!r} the id {i!r}; ids are integers, 0 to {size - 1}. "
                              f"{files.how_to_replace(path)}")
-        if not 0 <= i < len(ids) or tokens[i] is not None:
-            raise ValueError(f"{path} has a vocabulary whose ids are not 0 to {len(ids) - 1} once each; fix the file.")
+        if not 0 <= i < size or tokens[i] is not None:
+            raise ValueError(f"{path} has a vocabulary whose ids are not 0 to {size - 1} once each; fix the file.")
         tokens[i] = token
+    for token in added:
+        tokens[token["id"]] = token["content"]
+    gaps = [i for i, token in enumerate(tokens) if token is None]
+    if gaps:
+        raise ValueError(f"{path} gives no token the ids {gaps[:5]}, of 0 to {size - 1} (its vocabulary and added "
+                         f"tokens). {files.how_to_replace(path)}")
     return tokens
 
 
@@ -93,19 +106,19 @@ def read_preset(folder):
         if model.get("type") != "BPE":
             raise ValueError(f"{json_path} describes a {model.get('type')} tokenizer; BytePairTokenizer reads "
                              "byte-level BPE (RoBERTa, GPT-2, ModernBERT).")
-        vocabulary = _tokens_by_id(model.get("vocab") or {}, json_path)
-        merges = [parse_merge(m, json_path) for m in model.get("merges") or []]
         added, source = tokenizer.get("added_tokens") or [], json_path
+        vocabulary = _tokens_by_id(model.get("vocab") or {}, json_path, added)
+        merges = [parse_merge(m, json_path) for m in model.get("merges") or []]
     elif os.path.exists(vocab_path) and os.path.exists(merges_path):
-        vocabulary, merges = read_vocabulary(vocab_path), read_merges(merges_path)
         added = [dict(t, id=int(i)) for i, t in (config.get("added_tokens_decoder") or {}).items()]
         source = os.path.join(folder, files.TOKENIZER_CONFIG)
+        vocabulary = _tokens_by_id(files.load_json(folder, VOCAB_JSON), vocab_path, added)
+        merges = read_merges(merges_path)
     else:
         raise FileNotFoundError(
             f"{folder} has no byte-level BPE tokenizer: BytePairTokenizer reads {files.TOKENIZER_JSON}, or "
             f"{VOCAB_JSON} and {MERGES_TXT}. Copy them from the checkpoint's Hugging Face repository (for "
             "example with huggingface_hub.snapshot_download), or save a tokenizer there with save_to_preset.")
-    vocabulary = _with_added_tokens(vocabulary, added, source)
     single_word = [t["content"] for t in added if t.get("single_word")]
     if single_word:
         raise ValueError(f"{source} adds tokens matched as single words only ({', '.join(single_word[:5])}); "
@@ -141,24 +154,6 @@ def read_preset(folder):
     return {**settings, "add_prefix_space": bool(pre_tokenizer.get("add_prefix_space", False)),
             "trim_offsets": bool(trim_offsets), "normalizer": _normalizer(tokenizer.get("normalizer"), json_path),
             "special_tokens_map": special_tokens_map, "pair_layout": pair_layout}
-
-
-def _with_added_tokens(vocabulary, added, path):
-    """The model's tokens by id with the added tokens at their ids (past the
-    model's vocabulary: ModernBERT's `[CLS]` ...)."""
-    for token in added:
-        if type(token.get("id")) is not int or token["id"] < 0 or not isinstance(token.get("content"), str):
-            raise ValueError(f"{path} has the added token {token!r}; an added token has a content and an id from 0. "
-                             f"{files.how_to_replace(path)}")
-    tokens = list(vocabulary) + [None] * (max([t["id"] + 1 for t in added], default=0) - len(vocabulary))
-    for token in added:
-        tokens[token["id"]] = token["content"]
-    gaps = [i for i, token in enumerate(tokens) if token is None]
-    if gaps:
-        raise ValueError(f"{path} gives no token the ids {gaps[:5]}: ids go from 0 to {len(tokens) - 1} with "
-                         f"added tokens at {', '.join(str(t['id']) for t in added[-3:])}. "
-                         f"{files.how_to_replace(path)}")
-    return tokens
 
 
 def _describe(component):

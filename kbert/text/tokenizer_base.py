@@ -34,7 +34,9 @@ class Tokenizer(tf.Module):
     ragged ids), `vocabulary` (a `Vocabulary`, or one like it) and
     `special_tokens` (the vocabulary's special tokens, in a tuple). The
     subclass names its special tokens (`PAD`, `UNK`, `CLS`, `SEP`, `MASK`)
-    and how pairs are packed (`pair_layout`, `kbert.text.packing`), and says
+    and how pairs are packed (`pair_layout`, `kbert.text.packing`), as class
+    attributes or, where its files say (`BytePairTokenizer`), per tokenizer,
+    and says
     how tokens join into text (`_join_tokens`) and which continue a word
     (`_continues_word`)."""
 
