@@ -6,6 +6,7 @@ import numpy as np
 
 from kbert.aliases import also_named
 from kbert import families, text
+from kbert.families import tables
 from kbert.layers import Dropout, PredictionHead
 from kbert.models.bert_backbone import head_initializer
 from kbert.models import task_answers
@@ -246,10 +247,7 @@ def classifier_logits(backbone, features, num_classes, dropout=None, family_head
     The layers' names are those the Hugging Face tables read (`logits`,
     `classifier_dense`)."""
     rate = backbone.dropout if dropout is None else dropout
-    if families.get(backbone.family).prediction_head:
-        # ModernBERT's `head`, before each task's own layers.
-        features = PredictionHead(**backbone.prediction_head_arguments(), kernel_initializer=head_initializer(),
-                                  dtype="float32", name="prediction_head")(features)
+    features = prediction_head(backbone, features)
     if family_head is not None:
         if family_head["dropout_first"]:
             features = Dropout(rate, name="classifier_dense_dropout")(features)
@@ -259,6 +257,22 @@ def classifier_logits(backbone, features, num_classes, dropout=None, family_head
     features = Dropout(rate, name="classifier_dropout")(features)
     return keras.layers.Dense(num_classes, kernel_initializer=head_initializer(), dtype="float32",
                               name="logits")(features)
+
+
+def prediction_head(backbone, features):
+    """`features` through the backbone's prediction head (`PredictionHead`,
+    named `prediction_head`) where its family reads every task's features
+    through one (its `prediction_head`: ModernBERT's `head`), else as they are."""
+    if not families.get(backbone.family).prediction_head:
+        return features
+    return PredictionHead(**backbone.prediction_head_arguments(), kernel_initializer=head_initializer(),
+                          dtype="float32", name="prediction_head")(features)
+
+
+def prediction_head_table(model):
+    """The checkpoint rows of `model`'s prediction head (`prediction_head`), none where its family has none."""
+    name = families.get(model.backbone.family).prediction_head
+    return tables.prediction_head(model.get_layer("prediction_head"), name) if name else []
 
 
 def hf_labels(preset, tensors, output):

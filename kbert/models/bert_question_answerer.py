@@ -8,9 +8,11 @@ and the exported model.
 import keras
 
 from kbert.aliases import also_named
-from kbert import text
+from kbert import families, text
+from kbert.layers import Dropout
 from kbert.models import task_answers
 from kbert.models.bert_backbone import head_initializer
+from kbert.models.bert_classifier import prediction_head, prediction_head_table
 from kbert.models.task import Task
 from kbert.families.tables import T
 
@@ -76,10 +78,13 @@ class QuestionAnswerer(Task):
                 "use a longer sequence_length or a smaller max_question_length."
             )
         inputs = self.backbone_inputs(backbone)
-        sequence_output = backbone(inputs)["sequence_output"]
+        features = backbone(inputs)["sequence_output"]
+        if families.get(backbone.family).prediction_head:
+            # ModernBertForQuestionAnswering: head -> dropout -> its output layer.
+            features = Dropout(backbone.dropout, name="span_dropout")(prediction_head(backbone, features))
         span_logits = keras.layers.Dense(
             2, kernel_initializer=head_initializer(), dtype="float32", name="span_logits"
-        )(sequence_output)
+        )(features)
         outputs = {"start_logits": span_logits[..., 0], "end_logits": span_logits[..., 1]}
         # Its own input pipeline (strided windows, batched as windows): no
         # sorting by length, and windows padded to sequence_length.
@@ -120,8 +125,8 @@ class QuestionAnswerer(Task):
 
     # Hugging Face's BertForQuestionAnswering.
     def hf_head_table(self):
-        dense = self.get_layer("span_logits")
-        return [(dense.kernel, "qa_outputs.weight", T), (dense.bias, "qa_outputs.bias", None)]
+        dense, name = self.get_layer("span_logits"), families.get(self.backbone.family).question_answerer_output
+        return [*prediction_head_table(self), (dense.kernel, f"{name}.weight", T), (dense.bias, f"{name}.bias", None)]
 
     def answer(self, questions, contexts, batch_size=32):
         """Answers each question from its context, as the exported model does.

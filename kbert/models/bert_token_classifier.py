@@ -6,7 +6,7 @@ from kbert.aliases import also_named
 from kbert import text
 from kbert.families import tables
 from kbert.models import task_answers, task_inputs
-from kbert.models.bert_classifier import check_classes, classifier_logits, hf_labels
+from kbert.models.bert_classifier import check_classes, classifier_logits, hf_labels, prediction_head_table
 from kbert.models.task import Task
 from kbert.text import token_classification as tc
 from kbert.text.classifier_labels import class_names
@@ -94,7 +94,7 @@ class TokenClassifier(Task):
 
     # transformers' BertForTokenClassification (RobertaFor..., ...: the same names).
     def hf_head_table(self):
-        return tables.dense(self.get_layer("logits"), "classifier")
+        return [*prediction_head_table(self), *tables.dense(self.get_layer("logits"), "classifier")]
 
     @classmethod
     def hf_head_config(cls, preset, tensors):

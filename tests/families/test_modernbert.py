@@ -26,6 +26,8 @@ TASKS = {
     "backbone": (kbert.ModernBertBackbone, "Model"),
     "classifier": (kbert.TextClassifier, "ForSequenceClassification"),
     "masked_lm": (kbert.MaskedLM, "ForMaskedLM"),
+    "token_classifier": (kbert.TokenClassifier, "ForTokenClassification"),
+    "question_answerer": (kbert.QuestionAnswerer, "ForQuestionAnswering"),
 }
 
 
@@ -33,7 +35,8 @@ def save_checkpoint(folder, suffix, **config):
     """A tiny random ModernBERT of transformers' class `ModernBert{suffix}`,
     weights nudged (so that unit LayerNorm scales and zero biases test
     nothing), saved to `folder` as safetensors."""
-    hf_config = transformers.ModernBertConfig(**{**SIZES, **config}, num_labels=3, attn_implementation="sdpa")
+    num_labels = 2 if suffix == "ForQuestionAnswering" else 3
+    hf_config = transformers.ModernBertConfig(**{**SIZES, **config}, num_labels=num_labels, attn_implementation="sdpa")
     torch.manual_seed(0)
     model = getattr(transformers, "ModernBert" + suffix)(hf_config).eval()
     with torch.no_grad():
@@ -54,6 +57,8 @@ def random_ids(length=40, batch=3, seed=0):
 
 def hf_outputs(model, inputs):
     out = transformers_outputs(model, {k: inputs[k] for k in ("token_ids", "padding_mask")})
+    if hasattr(out, "start_logits"):  # [batch, length, 2], as kbert's below
+        return np.stack([out.start_logits.numpy(), out.end_logits.numpy()], axis=-1)
     return out.last_hidden_state.numpy() if hasattr(out, "last_hidden_state") else out.logits.numpy()
 
 
@@ -62,6 +67,8 @@ def kbert_outputs(model, inputs):
         positions = np.tile(np.arange(inputs["token_ids"].shape[1], dtype="int32"), (len(inputs["token_ids"]), 1))
         return to_numpy(model({**inputs, "mask_positions": positions})["mlm_logits"])
     out = model(inputs)
+    if isinstance(model, kbert.QuestionAnswerer):
+        return np.stack([to_numpy(out["start_logits"]), to_numpy(out["end_logits"])], axis=-1)
     return to_numpy(out["sequence_output"] if isinstance(out, dict) else out)
 
 
@@ -73,7 +80,8 @@ def assert_close(got, expected, padding_mask):
 
 
 @pytest.mark.parametrize("task, config", [("backbone", {}), ("classifier", {"classifier_pooling": "cls"}),
-                                          ("classifier", {"classifier_pooling": "mean"}), ("masked_lm", {})])
+                                          ("classifier", {"classifier_pooling": "mean"}), ("masked_lm", {}),
+                                          ("token_classifier", {}), ("question_answerer", {})])
 def test_every_task_matches_transformers_and_exports_back(tmp_path, task, config):
     cls, suffix = TASKS[task]
     hf_model = save_checkpoint(tmp_path / "hf", suffix, **config)
