@@ -136,11 +136,12 @@ def read_preset(folder):
     named = str(config.get("tokenizer_class") or "")
     if tokenizer is None or (named and not named.startswith(_GENERIC_CLASSES)):
         # transformers builds RoBERTa's pipeline (`RobertaTokenizer`), its special tokens added.
-        setting = lambda name, default: config.get(name, pre_tokenizer.get(name, post_processor.get(name, default)))  # noqa
+        def setting(name, default):
+            return config.get(name, pre_tokenizer.get(name, post_processor.get(name, default)))
+
         known = set(vocabulary)
-        settings["added_tokens"] += [t for t in SPECIAL_TOKEN_NAMES.values()
-                                     if t in known and t not in settings["added_tokens"]]
-        settings["added_tokens"] = list(dict.fromkeys(settings["added_tokens"]))
+        added_tokens = settings["added_tokens"] + [t for t in SPECIAL_TOKEN_NAMES.values() if t in known]
+        settings["added_tokens"] = list(dict.fromkeys(added_tokens))
         return {**settings, "add_prefix_space": bool(setting("add_prefix_space", False)),
                 "trim_offsets": bool(setting("trim_offsets", True))}
     # transformers runs tokenizer.json as it is.
@@ -149,8 +150,6 @@ def read_preset(folder):
                          "the ByteLevel pre-tokenizer with GPT-2's pattern (use_regex) only.")
     special_tokens_map, pair_layout, trim_offsets = _post_processing(post_processor, json_path, config, folder,
                                                                      settings["added_tokens"])
-    if trim_offsets is None:
-        trim_offsets = pre_tokenizer.get("trim_offsets", True)
     return {**settings, "add_prefix_space": bool(pre_tokenizer.get("add_prefix_space", False)),
             "trim_offsets": bool(trim_offsets), "normalizer": _normalizer(tokenizer.get("normalizer"), json_path),
             "special_tokens_map": special_tokens_map, "pair_layout": pair_layout}
@@ -173,13 +172,14 @@ def _normalizer(normalizer, path):
 
 def _post_processing(post_processor, path, config, folder, added_tokens):
     """`(special_tokens_map, pair_layout, trim_offsets)` as a `tokenizer.json`
-    post-processor adds the special tokens (`trim_offsets` None where it does
-    not say). The roles it does not name (pad, unk, mask) come from
-    `tokenizer_config.json`, else `special_tokens_map.json`."""
+    post-processor adds the special tokens and trims offsets (only a
+    ByteLevel or RobertaProcessing post-processor trims them). The roles it
+    does not name (pad, unk, mask) come from `tokenizer_config.json`, else
+    `special_tokens_map.json`."""
     processors = post_processor.get("processors", []) if post_processor.get("type") == "Sequence" else (
         [post_processor] if post_processor else [])
     cls = sep = None
-    pair_layout, trim_offsets = "two_separators", None
+    pair_layout, trim_offsets = "two_separators", False
     for processor in processors:
         kind = processor.get("type")
         if kind == "ByteLevel":
@@ -188,10 +188,9 @@ def _post_processing(post_processor, path, config, folder, added_tokens):
             cls, sep = processor["cls"][0], processor["sep"][0]
             roberta = kind == "RobertaProcessing"
             pair_layout = "two_separators" if roberta else "one_separator"
-            trim_offsets = processor.get("trim_offsets", True) if roberta else False
+            trim_offsets = processor.get("trim_offsets", True) if roberta else trim_offsets
         elif kind == "TemplateProcessing":
             cls, sep, pair_layout = _template_layout(processor, path)
-            trim_offsets = False if trim_offsets is None else trim_offsets
         else:
             raise ValueError(f"{path} has a {kind} post-processor; BytePairTokenizer reads TemplateProcessing, "
                              "RobertaProcessing, BertProcessing and ByteLevel.")

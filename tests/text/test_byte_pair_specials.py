@@ -23,7 +23,8 @@ CHAR_BYTES = {c: b for b, c in bytes_to_unicode().items()}
 LENGTH = 48
 EDGE_TEXTS = [
     "", " ", "a  b", "x          y", "  leading", "trailing   ", "tab\there\n\nnew\r\nline\t",
-    "a   [MASK]  b", "a[MASK]b [MASK]", "[CLS] x [SEP][PAD][UNK]", "[unused0][unused1] [CLS", "<|endoftext|><|padding|>",
+    "a   [MASK]  b", "a[MASK]b [MASK]", "[CLS] x [SEP][PAD][UNK]", "[unused0][unused1] [CLS",
+    "<|endoftext|><|padding|>",
     "mail |||EMAIL_ADDRESS||| or |||IP_ADDRESS|||", "emoji 😀👍🏽 👨‍👩‍👧‍👦 x🏻y", "北京欢迎你 漢字テスト",
     "e\u0301 a\u0308 naïve résumé Å", "Ｆｕｌｌ　ｗｉｄｔｈ！ ﬁ ½ ²", "nbsp\u00a0x\u2002y\u3000z\u2028t\x85u",
     "ctrl\x00a\x01b\x7fc", "don't 's I'm we'll", "\U00020000 \ue000 \ufffd \u0378 𝔘𝔫𝔦",
@@ -207,3 +208,19 @@ def test_a_template_kbert_cannot_pack_is_refused_naming_it(folder, tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"packs a text as \[CLS\]:0 \$A:0 \[SEP\]:0 and a pair as .*\$B:0"):
         BytePairTokenizer.from_preset(tmp_path)
+
+
+@pytest.mark.parametrize("kind, layout", [("BertProcessing", "one_separator"), ("RobertaProcessing", "two_separators")])
+def test_bert_and_roberta_post_processors_give_their_pair_layouts(folder, tokenizer, tmp_path, kind, layout):
+    data = json.loads((folder / "tokenizer.json").read_text())
+    data["post_processor"] = {"type": kind, "cls": ["[CLS]", tokenizer.cls_id], "sep": ["[SEP]", tokenizer.sep_id],
+                              **({"trim_offsets": True, "add_prefix_space": False} if kind == "RobertaProcessing"
+                                 else {})}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data))
+    (tmp_path / "tokenizer_config.json").write_bytes((folder / "tokenizer_config.json").read_bytes())
+    ours = BytePairTokenizer.from_preset(tmp_path)
+    assert (ours.pair_layout, ours.trim_offsets) == (layout, kind == "RobertaProcessing")
+    pairs = ["Hallo Welt", "北京欢迎你", "a [MASK] b"], ["Bonjour", "x  y", ""]
+    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    theirs = auto(*pairs, truncation=True, padding="max_length", max_length=16)["input_ids"]
+    assert BertPreprocessor(ours, sequence_length=16)(pairs)["token_ids"].numpy().tolist() == theirs
