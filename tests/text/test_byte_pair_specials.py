@@ -111,16 +111,16 @@ def test_ids_equal_auto_tokenizer_on_every_line_of_the_sample(tokenizer, auto):
     assert not differing, f"{len(differing)} of {len(lines)} lines differ from AutoTokenizer: {differing[:3]}"
 
 
-def test_preprocessor_packs_singles_and_pairs_as_auto_tokenizer_in_tf_data(tokenizer, auto):
+def test_preprocessor_packs_singles_and_pairs_as_auto_tokenizer_pairs_in_tf_data(tokenizer, auto):
     reviews, chinese, _ = sample()
     preprocessor = BertPreprocessor(tokenizer, sequence_length=LENGTH)
     singles = reviews[::7] + [a for a, _ in chinese[:100]]
     # (Hugging Face truncates long pairs slowly: a few reviews, many short Chinese pairs.)
     pairs = [a for a, _ in chinese[:150]] + reviews[:10], [b for _, b in chinese[:150]] + reviews[10:20]
-    for inputs in (singles, pairs):
-        dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(128)
-        batches = list(dataset.map(lambda *x: preprocessor(x if len(x) == 2 else x[0])))
-        ours = {k: [row for batch in batches for row in batch[k].numpy().tolist()] for k in batches[0]}
+    batches = list(tf.data.Dataset.from_tensor_slices(pairs).batch(128).map(lambda a, b: preprocessor((a, b))))
+    for inputs, ours in ((singles, preprocessor(singles)),
+                         (pairs, {k: tf.concat([batch[k] for batch in batches], 0) for k in batches[0]})):
+        ours = {k: v.numpy().tolist() for k, v in ours.items()}
         theirs = auto(*(inputs if isinstance(inputs, tuple) else (inputs,)), truncation=True, max_length=LENGTH,
                       padding="max_length", return_token_type_ids=True)
         assert ours["token_ids"] == theirs["input_ids"]
@@ -155,6 +155,13 @@ def whole_characters(tokenizer, piece):
 
 def composed(text, start, end):
     return unicodedata.normalize("NFC", text[start:end + 1]) != text[start:end + 1]
+
+
+def test_detokenize_gives_the_text_as_auto_tokenizer_decodes(tokenizer, auto):
+    texts = sample()[0][:50] + EDGE_TEXTS
+    ids = tokenizer(texts)
+    assert [t.decode() for t in tokenizer.detokenize(ids).numpy().tolist()] == [auto.decode(row)
+                                                                                for row in ids.to_list()]
 
 
 def test_mask_takes_the_whitespace_before_it_as_the_file_says(folder, tokenizer, auto, tmp_path):
