@@ -449,10 +449,14 @@ class BytePairTokenizer(Tokenizer):
             `(ids, starts, ends)`: ragged `[texts, (pieces)]` tensors, ids
             int32, starts and ends int64. Bytes `starts[i][k]:ends[i][k]` of
             `texts[i]` are piece `k`'s. They equal Hugging Face's
-            `offset_mapping` in bytes, except for a piece that holds part of a
-            character (its span is its own bytes, Hugging Face's the whole
-            character) and, with `add_prefix_space`, a piece of only the
-            added space after a special token (here empty where it was added).
+            `offset_mapping` in bytes (untrimmed, as ModernBERT's template
+            leaves them: "Ġworld" spans " world"), except for a piece that
+            holds part of a character (its span is its own bytes, Hugging
+            Face's the whole character), a character that the normalizer
+            composed of several ("e" and U+0301: its span is all of them,
+            Hugging Face's the first) and, with `add_prefix_space`, a piece
+            of only the added space after a special token (here empty where
+            it was added).
         """
         return self._tokenization.tokenize_with_byte_spans(tf.convert_to_tensor(texts, tf.string))
 
