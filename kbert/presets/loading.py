@@ -9,7 +9,9 @@ from kbert.presets import config_check, files, huggingface, weight_check
 
 KBERT_WEIGHTS = "model.weights.h5"
 _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-                 "max_sequence_length", "num_segments")
+                 "max_sequence_length", "num_segments",
+                 # ModernBERT's: which layers are local, how far they see, their rotary bases.
+                 "local_attention", "global_attention_every", "global_rope_theta", "local_rope_theta")
 
 
 def backbone_config_of(config, kbert_layout, source):

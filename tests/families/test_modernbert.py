@@ -144,6 +144,24 @@ def test_a_backbone_saves_and_loads_as_keras_file_and_config(tmp_path):
     np.testing.assert_allclose(to_numpy(again(inputs)["pooled_output"]), expected, atol=1e-6)
 
 
+def test_a_packed_row_gives_each_sequence_its_outputs_alone(tmp_path):
+    # Positions restart at each sequence, and attention (global and local) stays within it.
+    save_checkpoint(tmp_path, "Model")
+    packed = kbert.ModernBertBackbone.from_preset(str(tmp_path), packing=True)
+    alone = kbert.ModernBertBackbone.from_preset(str(tmp_path))
+    first, second = random_ids(length=20, batch=1)["token_ids"], random_ids(length=20, batch=1, seed=1)["token_ids"]
+    row = np.concatenate([first, second], axis=1)  # 40 tokens: the local layer reads past +-8, in blocks
+    sequence_ids = np.array([[1] * 20 + [2] * 20], "int32")
+    out = to_numpy(packed({"token_ids": row, "segment_ids": np.zeros_like(row), "sequence_ids": sequence_ids,
+                           "padding_mask": np.ones_like(row)})["sequence_output"])
+    for tokens, span in ((first, slice(0, 20)), (second, slice(20, 40))):
+        inputs = {"token_ids": tokens, "segment_ids": np.zeros_like(tokens), "padding_mask": np.ones_like(tokens)}
+        np.testing.assert_allclose(out[:, span], to_numpy(alone(inputs)["sequence_output"]), atol=1e-5)
+    with pytest.raises(ValueError, match="Cannot change local_attention"):
+        kbert.ModernBertBackbone.from_preset(str(tmp_path), local_attention=32)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: reading config.json")
 def test_configs_of_earlier_transformers_and_other_patterns(tmp_path):
     save_checkpoint(tmp_path, "Model")
     config = json.loads((tmp_path / "config.json").read_text())
