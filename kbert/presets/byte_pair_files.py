@@ -106,6 +106,11 @@ def read_preset(folder):
         if model.get("type") != "BPE":
             raise ValueError(f"{json_path} describes a {model.get('type')} tokenizer; BytePairTokenizer reads "
                              "byte-level BPE (RoBERTa, GPT-2, ModernBERT).")
+        unsupported = [f"{key}={model[key]!r}" for key in ("continuing_subword_prefix", "end_of_word_suffix",
+                                                            "byte_fallback", "ignore_merges") if model.get(key)]
+        if unsupported:
+            raise ValueError(f"{json_path}'s BPE model sets {', '.join(unsupported)}; BytePairTokenizer reproduces "
+                             "byte-level BPE without them (GPT-2's, RoBERTa's, ModernBERT's).")
         added, source = tokenizer.get("added_tokens") or [], json_path
         vocabulary = _tokens_by_id(model.get("vocab") or {}, json_path, added)
         merges = [parse_merge(m, json_path) for m in model.get("merges") or []]
@@ -148,11 +153,12 @@ def read_preset(folder):
     if pre_tokenizer and (pre_tokenizer.get("type") != "ByteLevel" or pre_tokenizer.get("use_regex") is False):
         raise ValueError(f"{json_path} pre-tokenizes with {_describe(pre_tokenizer)}; BytePairTokenizer reproduces "
                          "the ByteLevel pre-tokenizer with GPT-2's pattern (use_regex) only.")
-    special_tokens_map, pair_layout, trim_offsets = _post_processing(post_processor, json_path, config, folder,
-                                                                     settings["added_tokens"])
+    special_tokens_map, (pair_layout, second_segment_id), trim_offsets = _post_processing(
+        post_processor, json_path, config, folder, settings["added_tokens"])
     return {**settings, "add_prefix_space": bool(pre_tokenizer.get("add_prefix_space", False)),
             "trim_offsets": bool(trim_offsets), "normalizer": _normalizer(tokenizer.get("normalizer"), json_path),
-            "special_tokens_map": special_tokens_map, "pair_layout": pair_layout}
+            "special_tokens_map": special_tokens_map, "pair_layout": pair_layout,
+            "second_segment_id": second_segment_id}
 
 
 def _describe(component):
@@ -171,7 +177,7 @@ def _normalizer(normalizer, path):
 
 
 def _post_processing(post_processor, path, config, folder, added_tokens):
-    """`(special_tokens_map, pair_layout, trim_offsets)` as a `tokenizer.json`
+    """`(special_tokens_map, (pair_layout, second_segment_id), trim_offsets)` as a `tokenizer.json`
     post-processor adds the special tokens and trims offsets (only a
     ByteLevel or RobertaProcessing post-processor trims them). The roles it
     does not name (pad, unk, mask) come from `tokenizer_config.json`, else
@@ -179,7 +185,7 @@ def _post_processing(post_processor, path, config, folder, added_tokens):
     processors = post_processor.get("processors", []) if post_processor.get("type") == "Sequence" else (
         [post_processor] if post_processor else [])
     cls = sep = None
-    pair_layout, trim_offsets = "two_separators", False
+    layout, trim_offsets = ("two_separators", 0), False
     for processor in processors:
         kind = processor.get("type")
         if kind == "ByteLevel":
@@ -187,10 +193,10 @@ def _post_processing(post_processor, path, config, folder, added_tokens):
         elif kind in ("RobertaProcessing", "BertProcessing"):
             cls, sep = processor["cls"][0], processor["sep"][0]
             roberta = kind == "RobertaProcessing"
-            pair_layout = "two_separators" if roberta else "one_separator"
+            layout = ("two_separators", 0) if roberta else ("one_separator", 1)
             trim_offsets = processor.get("trim_offsets", True) if roberta else trim_offsets
         elif kind == "TemplateProcessing":
-            cls, sep, pair_layout = _template_layout(processor, path)
+            cls, sep, *layout = _template_layout(processor, path)
         else:
             raise ValueError(f"{path} has a {kind} post-processor; BytePairTokenizer reads TemplateProcessing, "
                              "RobertaProcessing, BertProcessing and ByteLevel.")
@@ -203,14 +209,14 @@ def _post_processing(post_processor, path, config, folder, added_tokens):
             token = next((t for t in (ROBERTA_SPECIAL_TOKENS[role], BERT_SPECIAL_TOKENS[role]) if t in added_tokens),
                          ROBERTA_SPECIAL_TOKENS[role])
         special_tokens_map[role] = token
-    return special_tokens_map, pair_layout, trim_offsets
+    return special_tokens_map, tuple(layout), trim_offsets
 
 
 def _template_layout(processor, path):
-    """`(cls, sep, pair_layout)` of a `TemplateProcessing`: `[CLS] $A [SEP]`
-    for one text, and `[CLS] $A [SEP] $B [SEP]` with B in segment 1
-    ("one_separator") or `<s> $A </s> </s> $B </s>` in segment 0
-    ("two_separators") for a pair."""
+    """`(cls, sep, pair_layout, second_segment_id)` of a `TemplateProcessing`:
+    `[CLS] $A [SEP]` for one text, and for a pair `[CLS] $A [SEP] $B [SEP]`
+    ("one_separator") or `<s> $A </s> </s> $B </s>` ("two_separators"), what
+    follows the first separator in one segment, 0 or 1 (ModernBERT's: 0)."""
     def items(name):
         return [(("Sequence", item["Sequence"]["id"]) if "Sequence" in item
                  else ("SpecialToken", _template_token(processor, item["SpecialToken"]["id"], path)),
@@ -219,18 +225,18 @@ def _template_layout(processor, path):
     single, pair = items("single"), items("pair")
     if len(single) == 3 and [kind for (kind, _), _ in single] == ["SpecialToken", "Sequence", "SpecialToken"]:
         cls, sep = single[0][0][1], single[2][0][1]
-        layouts = {
-            "one_separator": [(("SpecialToken", cls), 0), (("Sequence", "A"), 0), (("SpecialToken", sep), 0),
-                              (("Sequence", "B"), 1), (("SpecialToken", sep), 1)],
-            "two_separators": [(("SpecialToken", cls), 0), (("Sequence", "A"), 0), (("SpecialToken", sep), 0),
-                               (("SpecialToken", sep), 0), (("Sequence", "B"), 0), (("SpecialToken", sep), 0)],
-        }
-        for layout, template in layouts.items():
-            if pair == template and single == template[:3]:
-                return cls, sep, layout
+        first = [(("SpecialToken", cls), 0), (("Sequence", "A"), 0), (("SpecialToken", sep), 0)]
+        for segment in (0, 1):
+            second = [(("Sequence", "B"), segment), (("SpecialToken", sep), segment)]
+            layouts = {"one_separator": first + second,
+                       "two_separators": first + [(("SpecialToken", sep), segment)] + second}
+            for layout, template in layouts.items():
+                if pair == template and single == first:
+                    return cls, sep, layout, segment
     raise ValueError(f"{path} has a TemplateProcessing post-processor that packs a text as {_show(single)} and a "
-                     f"pair as {_show(pair)}; kbert packs [CLS] $A [SEP] and either [CLS] $A [SEP] $B:1 [SEP]:1 "
-                     "(BERT, ModernBERT) or <s> $A </s> </s> $B </s>, all in segment 0 (RoBERTa).")
+                     f"pair as {_show(pair)}; kbert packs [CLS] $A [SEP] and either [CLS] $A [SEP] $B [SEP] "
+                     "(BERT, ModernBERT) or <s> $A </s> </s> $B </s> (RoBERTa), A and its separator in segment 0, "
+                     "the rest in segment 0 or 1.")
 
 
 def _template_token(processor, name, path):
@@ -244,17 +250,15 @@ def _show(items):
     return " ".join(f"{'$' if kind == 'Sequence' else ''}{value}:{type_id}" for (kind, value), type_id in items)
 
 
-def write_preset(folder, vocabulary, merges, add_prefix_space=False, trim_offsets=True, lstrip_tokens=("<mask>",),
-                 rstrip_tokens=(), added_tokens=None, normalized_tokens=(), normalizer=None, special_tokens_map=None,
-                 pair_layout="two_separators", model_max_length=None):
-    """Writes the tokenizer files of a `BytePairTokenizer` with these settings to `folder`."""
+def write_preset(folder, vocabulary, merges, *, add_prefix_space, trim_offsets, lstrip_tokens, rstrip_tokens,
+                 added_tokens, normalized_tokens, normalizer, special_tokens_map, pair_layout, second_segment_id,
+                 model_max_length=None):
+    """Writes the tokenizer files of a `BytePairTokenizer` with these
+    settings (its `get_config()`) to `folder`."""
     ids = {token: i for i, token in enumerate(vocabulary)}
-    special_tokens_map = dict(special_tokens_map or ROBERTA_SPECIAL_TOKENS)
     roberta_tokens = set(SPECIAL_TOKEN_NAMES.values())
-    if added_tokens is None:
-        added_tokens = [t for t in ids if t in roberta_tokens]
-    if (special_tokens_map == ROBERTA_SPECIAL_TOKENS and pair_layout == "two_separators" and normalizer is None
-            and set(added_tokens) <= roberta_tokens):
+    if (special_tokens_map == ROBERTA_SPECIAL_TOKENS and pair_layout == "two_separators" and second_segment_id == 0
+            and normalizer is None and set(added_tokens) <= roberta_tokens):
         _write_roberta(folder, vocabulary, merges, add_prefix_space, trim_offsets, lstrip_tokens, rstrip_tokens,
                        model_max_length)
         return
@@ -276,7 +280,8 @@ def write_preset(folder, vocabulary, merges, add_prefix_space=False, trim_offset
     files.write_json(folder, files.TOKENIZER_CONFIG, config)
     files.write_json(folder, SPECIAL_TOKENS_MAP, special)
     byte_level = {"add_prefix_space": add_prefix_space, "trim_offsets": trim_offsets, "use_regex": True}
-    post_processor = _template(special.get("cls_token"), special.get("sep_token"), ids, pair_layout)
+    post_processor = _template(special.get("cls_token"), special.get("sep_token"), ids, pair_layout,
+                               second_segment_id)
     if trim_offsets or post_processor is None:
         # A template trims nothing: the ByteLevel post-processor trims first.
         post_processor = {"type": "Sequence", "processors": [{"type": "ByteLevel", **byte_level},
@@ -293,8 +298,8 @@ def write_preset(folder, vocabulary, merges, add_prefix_space=False, trim_offset
     })
 
 
-def _template(cls, sep, ids, pair_layout):
-    """The `TemplateProcessing` of `pair_layout` (`_template_layout` reads it back)."""
+def _template(cls, sep, ids, pair_layout, second_segment_id):
+    """The `TemplateProcessing` of a layout (`_template_layout` reads it back)."""
     if cls is None or sep is None:
         return None
 
@@ -305,8 +310,8 @@ def _template(cls, sep, ids, pair_layout):
         return {"Sequence": {"id": name, "type_id": segment}}
 
     single = [token(cls, 0), sequence("A", 0), token(sep, 0)]
-    pair = single + ([sequence("B", 1), token(sep, 1)] if pair_layout == "one_separator"
-                     else [token(sep, 0), sequence("B", 0), token(sep, 0)])
+    second = [sequence("B", second_segment_id), token(sep, second_segment_id)]
+    pair = single + ([] if pair_layout == "one_separator" else [token(sep, second_segment_id)]) + second
     return {"type": "TemplateProcessing", "single": single, "pair": pair,
             "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in (cls, sep)}}
 

@@ -27,7 +27,7 @@ from kbert.presets.byte_pair_files import (NORMALIZERS, ROBERTA_SPECIAL_TOKENS, 
                                            read_preset, read_vocabulary, write_preset)
 from kbert.text import byte_pair
 from kbert.text._tf_text import tf_text
-from kbert.text.packing import PAIR_LAYOUTS
+from kbert.text.packing import PAIR_LAYOUTS, SECOND_SEGMENT_IDS
 from kbert.text.pre_tokenization import any_of_pattern
 from kbert.text.ragged import position_in_row, repeat, row_ids
 from kbert.text.tokenizer_base import Tokenizer
@@ -341,8 +341,10 @@ class BytePairTokenizer(Tokenizer):
             `<mask>`).
         pair_layout: how the preprocessor packs a pair (`kbert.text.packing`):
             `"two_separators"` (`<s> A </s></s> B </s>`, RoBERTa) or
-            `"one_separator"` (`[CLS] A [SEP] B [SEP]`, B in segment 1:
-            ModernBERT).
+            `"one_separator"` (`[CLS] A [SEP] B [SEP]`: ModernBERT).
+        second_segment_id: the segment id of B and the separators after A's,
+            as the template sets it (None: the layout's, 0 for
+            `"two_separators"` and 1 for `"one_separator"`; ModernBERT: 0).
 
     Example:
     >>> tokenizer = BytePairTokenizer(["<s>", "<pad>", "</s>", "<unk>", "<mask>", "a", "b", "Ġ", "ab", "Ġab"],
@@ -355,7 +357,7 @@ class BytePairTokenizer(Tokenizer):
 
     def __init__(self, vocabulary, merges, add_prefix_space=False, trim_offsets=True, lstrip_tokens=(MASK,),
                  rstrip_tokens=(), added_tokens=None, normalized_tokens=(), normalizer=None, special_tokens_map=None,
-                 pair_layout="two_separators"):
+                 pair_layout="two_separators", second_segment_id=None):
         super().__init__(name="byte_pair_tokenizer")
         vocabulary = read_vocabulary(vocabulary) if isinstance(vocabulary, (str, os.PathLike)) else list(vocabulary)
         if isinstance(merges, (str, os.PathLike)):
@@ -389,6 +391,8 @@ class BytePairTokenizer(Tokenizer):
             setattr(self, attribute, self.special_tokens_map[role])
         # How the preprocessor packs a pair (`kbert.text.packing`).
         self.pair_layout = pair_layout
+        self.second_segment_id = int(SECOND_SEGMENT_IDS[pair_layout] if second_segment_id is None
+                                     else second_segment_id)
         self._share_tokenization(_Tokenization, (tuple(vocabulary), tuple(merges), self.add_prefix_space,
                                                  self.trim_offsets, self.lstrip_tokens, self.rstrip_tokens,
                                                  self.added_tokens, self.normalized_tokens, self.normalizer))
@@ -429,7 +433,7 @@ class BytePairTokenizer(Tokenizer):
                 "lstrip_tokens": list(self.lstrip_tokens), "rstrip_tokens": list(self.rstrip_tokens),
                 "added_tokens": list(self.added_tokens), "normalized_tokens": list(self.normalized_tokens),
                 "normalizer": self.normalizer, "special_tokens_map": dict(self.special_tokens_map),
-                "pair_layout": self.pair_layout}
+                "pair_layout": self.pair_layout, "second_segment_id": self.second_segment_id}
 
     def tokenize_words(self, words):
         """Each word's ids as a word of a text: after a space ("Ġ" pieces), as

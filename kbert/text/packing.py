@@ -3,7 +3,9 @@
 BERT §3 (Input/Output Representations): every sequence starts with `[CLS]`,
 each segment ends with `[SEP]`, and a learned segment embedding tells the
 tokens of A (segment 0) from those of B (segment 1). RoBERTa's pairs
-(`pair_layout="two_separators"`) are `<s> A </s></s> B </s>`, all in segment 0.
+(`pair_layout="two_separators"`) are `<s> A </s></s> B </s>`, all in segment 0;
+ModernBERT's are BERT's, all in segment 0 (`second_segment_id=0`, as its
+tokenizer's template says).
 """
 
 
@@ -17,6 +19,8 @@ PAD_TO = ("sequence_length", "longest", "bucket")
 PAIR_LAYOUTS = ("one_separator", "two_separators")
 # The names of the first releases, by family, still read.
 _FAMILY_LAYOUT_NAMES = {"bert": "one_separator", "roberta": "two_separators"}
+# The segment id of a pair's second text where the tokenizer does not say, by layout.
+SECOND_SEGMENT_IDS = {"one_separator": 1, "two_separators": 0}
 # The shortest bucket length of pad_to="bucket" (see bucket_lengths).
 MIN_BUCKET = 16
 
@@ -65,10 +69,12 @@ def _keep_first(segment, lengths):
     return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
 
 
-def combine_segments(segments, cls_id, sep_id, pair_layout="one_separator"):
+def combine_segments(segments, cls_id, sep_id, pair_layout="one_separator", second_segment_id=None):
     """`[CLS] A [SEP] (B [SEP])` in each row, with each token's segment id (0
     up to the first [SEP], then 1), as `tf_text.combine_segments` gives them;
     `pair_layout="two_separators"`: `<s> A </s> (</s> B </s>)`, all in segment 0.
+    `second_segment_id`: the segment id of what follows the first [SEP]
+    (default: the layout's, 1 or 0).
 
     Every token is written straight to its place in the flat values: the
     ragged concatenation that tensorflow-text uses traces slowly and adds
@@ -88,11 +94,12 @@ def combine_segments(segments, cls_id, sep_id, pair_layout="one_separator"):
                                                 validate=False)
 
     # The pieces of every row, in order, with their segment ids: [CLS], A, [SEP], B, [SEP].
+    second = SECOND_SEGMENT_IDS[pair_layout] if second_segment_id is None else second_segment_id
     pieces = [(special(cls_id), 0)]
-    for segment_id, segment in enumerate(segments):
-        if pair_layout == "two_separators":
-            pieces += [(special(sep_id), 0)] if segment_id else []
-            segment_id = 0
+    for i, segment in enumerate(segments):
+        segment_id = second if i else 0
+        if pair_layout == "two_separators" and i:
+            pieces += [(special(sep_id), segment_id)]
         pieces += [(segment, segment_id), (special(sep_id), segment_id)]
     piece_lengths = tf.stack([piece.row_lengths() for piece, _ in pieces], axis=1)
     row_lengths = tf.reduce_sum(piece_lengths, axis=1)
@@ -202,11 +209,14 @@ class SegmentPacker(tf.Module):
         pair_layout: `"one_separator"` (`[CLS] A [SEP] B [SEP]`, B in
             segment 1) or `"two_separators"` (`<s> A </s></s> B </s>`, one
             segment): the tokenizer's `pair_layout`.
+        second_segment_id: the segment id of B and the separators after A's
+            (None: the layout's, 1 or 0; ModernBERT's template: 0): the
+            tokenizer's `second_segment_id`.
 
     Call it on one ragged batch of ids or a tuple `(ids_a, ids_b)`; it returns
     a dict of int32 tensors [batch, length]: `token_ids`, `segment_ids` (0 for
-    `[CLS]`, A and its `[SEP]`, 1 for B and its `[SEP]`) and `padding_mask`
-    (1 on real tokens, 0 on padding). A 1-D input (one unbatched sequence)
+    `[CLS]`, A and its `[SEP]`, `second_segment_id` for B and its `[SEP]`)
+    and `padding_mask` (1 on real tokens, 0 on padding). A 1-D input (one unbatched sequence)
     gives 1-D outputs.
 
     Example:
@@ -225,6 +235,7 @@ class SegmentPacker(tf.Module):
         pad_to="sequence_length",
         pad_to_multiple_of=None,
         pair_layout="one_separator",
+        second_segment_id=None,
     ):
         super().__init__(name="segment_packer")
         pair_layout = _FAMILY_LAYOUT_NAMES.get(pair_layout, pair_layout)
@@ -255,6 +266,8 @@ class SegmentPacker(tf.Module):
         self.pad_to = pad_to
         self.pad_to_multiple_of = pad_to_multiple_of
         self.pair_layout = pair_layout
+        self.second_segment_id = int(SECOND_SEGMENT_IDS[pair_layout] if second_segment_id is None
+                                     else second_segment_id)
 
     def get_config(self):
         return {
@@ -266,6 +279,7 @@ class SegmentPacker(tf.Module):
             "pad_to": self.pad_to,
             "pad_to_multiple_of": self.pad_to_multiple_of,
             "pair_layout": self.pair_layout,
+            "second_segment_id": self.second_segment_id,
         }
 
     @classmethod
@@ -285,7 +299,8 @@ class SegmentPacker(tf.Module):
         segments, unbatched = list(segments), unbatched[0]
         # BERT §3: one [CLS] in front, one [SEP] after each segment (RoBERTa: two between).
         segments = truncate_segments(segments, self.sequence_length - specials, self.truncation)
-        token_ids, segment_ids = combine_segments(segments, self.cls_id, self.sep_id, self.pair_layout)
+        token_ids, segment_ids = combine_segments(segments, self.cls_id, self.sep_id, self.pair_layout,
+                                                  self.second_segment_id)
         shape = [None, self._padded_length(token_ids)]
         if tf.is_tensor(shape[1]):  # in a graph a shape with a tensor must be one
             shape = tf.stack([token_ids.nrows(), shape[1]])

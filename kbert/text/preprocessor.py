@@ -85,6 +85,7 @@ class Preprocessor(keras.layers.Layer):
             pad_to=pad_to,
             pad_to_multiple_of=pad_to_multiple_of,
             pair_layout=tokenizer.pair_layout,
+            second_segment_id=tokenizer.second_segment_id,
         )
 
     @classmethod
@@ -138,7 +139,7 @@ class Preprocessor(keras.layers.Layer):
 
     def get_config(self):
         config = self.packer.get_config()
-        for key in ("cls_id", "sep_id", "pad_id", "pair_layout"):  # the tokenizer's
+        for key in ("cls_id", "sep_id", "pad_id", "pair_layout", "second_segment_id"):  # the tokenizer's
             del config[key]
         tokenizer = self.tokenizer.get_config()
         if not isinstance(self.tokenizer, WordPieceTokenizer):  # WordPiece's is read without a class name

@@ -34,7 +34,8 @@ class Tokenizer(tf.Module):
     ragged ids), `vocabulary` (a `Vocabulary`, or one like it) and
     `special_tokens` (the vocabulary's special tokens, in a tuple). The
     subclass names its special tokens (`PAD`, `UNK`, `CLS`, `SEP`, `MASK`)
-    and how pairs are packed (`pair_layout`, `kbert.text.packing`), as class
+    and how pairs are packed (`pair_layout` and `second_segment_id`,
+    `kbert.text.packing`), as class
     attributes or, where its files say (`BytePairTokenizer`), per tokenizer,
     and says
     how tokens join into text (`_join_tokens`) and which continue a word
@@ -42,6 +43,8 @@ class Tokenizer(tf.Module):
 
     PAD = UNK = CLS = SEP = MASK = None
     pair_layout = "one_separator"
+    # The segment id of a pair's second text (None: the layout's, 1 or 0).
+    second_segment_id = None
     # Whether a text's tokens are its words' (where BERT's pre-tokenizer
     # splits it) each tokenized alone, as `tokenize_words` tokenizes them:
     # so for WordPiece, not for byte-level BPE or SentencePiece, which give a

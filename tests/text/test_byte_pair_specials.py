@@ -46,8 +46,9 @@ def folder(tmp_path_factory):
     (here 900 tokens, 640 merges on the sample) with GPT-NeoX's NFC normalizer
     and runs of spaces as added tokens, OLMo's PII tokens, BERT's special
     tokens past the BPE's ids (`[MASK]` taking the whitespace before it), and
-    a `TemplateProcessing` of `[CLS] A [SEP] B [SEP]`, read by
-    transformers' generic class."""
+    a `TemplateProcessing` of `[CLS] A [SEP] B [SEP]`, all in segment 0 (as
+    code that reads ModernBERT's file shows it), read by transformers'
+    generic class."""
     reviews, chinese, english = sample()
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
@@ -64,7 +65,7 @@ def folder(tmp_path_factory):
     tokenizer.add_tokens([AddedToken(f"[unused{i}]", normalized=True, special=False) for i in range(2)])
     ids = tokenizer.get_vocab()
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0",
         special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
     folder = tmp_path_factory.mktemp("modernbert")
     transformers.PreTrainedTokenizerFast(
@@ -96,7 +97,7 @@ def spans(tokenizer, texts):
 
 
 def test_specials_and_pair_layout_come_from_the_template(tokenizer, auto):
-    assert tokenizer.pair_layout == "one_separator"
+    assert (tokenizer.pair_layout, tokenizer.second_segment_id) == ("one_separator", 0)
     assert (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.unk_id, tokenizer.mask_id) == (
         auto.cls_token_id, auto.sep_token_id, auto.pad_token_id, auto.unk_token_id, auto.mask_token_id)
     assert tokenizer.cls_id >= 900 and tokenizer.normalizer == "NFC" and not tokenizer.add_prefix_space
@@ -125,7 +126,7 @@ def test_preprocessor_packs_singles_and_pairs_as_auto_tokenizer_pairs_in_tf_data
                       padding="max_length", return_token_type_ids=True)
         assert ours["token_ids"] == theirs["input_ids"]
         assert ours["padding_mask"] == theirs["attention_mask"]
-        # The template's type ids: B and its [SEP] in segment 1.
+        # The template's type ids (here all 0).
         assert ours["segment_ids"] == [[t * m for t, m in zip(types, mask)] for types, mask in
                                        zip(theirs["token_type_ids"], theirs["attention_mask"])]
 
@@ -209,11 +210,26 @@ def test_whole_words_and_word_starts_leave_out_the_added_tokens(tokenizer, folde
                                                                      "?"]
 
 
+def test_the_templates_segment_of_the_second_text_is_read(folder, tokenizer, tmp_path):
+    data = json.loads((folder / "tokenizer.json").read_text())
+    for item in data["post_processor"]["pair"][3:]:
+        next(iter(item.values()))["type_id"] = 1
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data))
+    (tmp_path / "tokenizer_config.json").write_bytes((folder / "tokenizer_config.json").read_bytes())
+    bert_like = BytePairTokenizer.from_preset(tmp_path)
+    assert (bert_like.pair_layout, bert_like.second_segment_id) == ("one_separator", 1)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))("Hallo", "Welt", return_token_type_ids=True)
+    ours = BertPreprocessor(bert_like, sequence_length=8, pad_to="longest")(("Hallo", "Welt"))
+    assert ours["segment_ids"].numpy().tolist() == theirs["token_type_ids"]
+    bert_like.save_to_preset(tmp_path / "saved")
+    assert BytePairTokenizer.from_preset(tmp_path / "saved").second_segment_id == 1
+
+
 def test_a_template_kbert_cannot_pack_is_refused_naming_it(folder, tmp_path):
     data = json.loads((folder / "tokenizer.json").read_text())
-    data["post_processor"]["pair"][3]["Sequence"]["type_id"] = 0
+    data["post_processor"]["pair"][4]["SpecialToken"]["type_id"] = 1
     (tmp_path / "tokenizer.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=r"packs a text as \[CLS\]:0 \$A:0 \[SEP\]:0 and a pair as .*\$B:0"):
+    with pytest.raises(ValueError, match=r"packs a text as \[CLS\]:0 \$A:0 \[SEP\]:0 and a pair as .*\$B:0 \[SEP\]:1"):
         BytePairTokenizer.from_preset(tmp_path)
 
 
