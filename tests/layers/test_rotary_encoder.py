@@ -4,7 +4,7 @@ import pytest
 
 from kbert.layers import RotaryEmbedding, RotaryEncoder
 from kbert.layers.local_attention import attention_mask, banded_attention
-from tests.helpers import rebuilt_from_config, to_numpy
+from tests.helpers import output_and_weight_gradients, rebuilt_from_config, to_numpy
 
 RNG = np.random.default_rng(0)
 
@@ -82,3 +82,20 @@ def test_a_layer_rebuilt_from_its_config_computes_the_same_and_weights_are_named
 def test_local_attention_must_be_an_even_window():
     with pytest.raises(ValueError, match="local_attention=7: the window is an even number"):
         RotaryEncoder(num_heads=2, intermediate_dim=8, local_attention=7)
+
+
+def test_blocks_and_the_full_mask_give_the_same_weight_gradients(monkeypatch):
+    layer = built_encoder()
+    x = keras.ops.convert_to_tensor(RNG.normal(size=(2, 29, 16)).astype("float32"))
+    mask = keras.ops.convert_to_tensor((np.arange(29)[None] < np.array([[29], [17]])).astype("int32"))
+    results = []
+    for in_blocks in (True, False):
+        monkeypatch.setattr(RotaryEncoder, "_in_blocks", staticmethod(lambda length, half, b=in_blocks: b))
+        # (Padding's own outputs differ: a query with no key in its window attends evenly to what it is given.)
+        real_outputs = lambda: layer(x, padding_mask=mask, training=True) * keras.ops.cast(mask, "float32")[..., None]
+        results.append(output_and_weight_gradients(real_outputs, layer.trainable_variables))
+    (blocked, blocked_grads), (full, full_grads) = results
+    real = to_numpy(mask) > 0
+    np.testing.assert_allclose(blocked[real], full[real], atol=1e-5)
+    for got, expected in zip(blocked_grads, full_grads):
+        np.testing.assert_allclose(got, expected, atol=1e-4)
