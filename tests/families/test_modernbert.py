@@ -4,6 +4,7 @@ task head, from tiny random checkpoints saved by transformers' own classes
 (weights nudged off their initialisation), and back out with
 `export_to_transformers`."""
 
+import dataclasses
 import json
 
 import keras
@@ -127,21 +128,24 @@ def test_local_layers_see_only_their_window_and_global_ones_everything():
     assert scores[0, :, 0, 5:].max() == 0 and scores[0, :, 20, 16:25].min() > 0  # within +-4 only
 
 
-def test_a_backbone_saves_and_loads_as_keras_file_and_config(tmp_path):
+def test_a_classifier_saves_and_loads_as_keras_file_and_preset(tmp_path):
     backbone = kbert.ModernBertBackbone(vocabulary_size=VOCABULARY, num_layers=2, num_heads=2, hidden_dim=16,
                                         intermediate_dim=24, local_attention=8, pooling="mean", norm_bias=True)
-    inputs = random_ids(length=20)
-    expected = to_numpy(backbone(inputs)["pooled_output"])
     for copy in rebuilt_from_config(backbone):
         assert copy.get_config() == backbone.get_config()
-    backbone.save(str(tmp_path / "backbone.keras"))
-    loaded = keras.saving.load_model(str(tmp_path / "backbone.keras"))
-    assert isinstance(loaded, kbert.ModernBertBackbone)
-    np.testing.assert_allclose(to_numpy(loaded(inputs)["pooled_output"]), expected, atol=1e-6)
-    backbone.save_to_preset(str(tmp_path / "preset"))
+    model = kbert.TextClassifier(backbone, num_classes=2)
+    inputs = random_ids(length=20)
+    expected = to_numpy(model(inputs))
+    model.save(str(tmp_path / "classifier.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "classifier.keras"))
+    assert isinstance(loaded.backbone, kbert.ModernBertBackbone)
+    np.testing.assert_allclose(to_numpy(loaded(inputs)), expected, atol=1e-6)
+    model.save_to_preset(str(tmp_path / "preset"))
+    np.testing.assert_allclose(to_numpy(kbert.TextClassifier.from_preset(str(tmp_path / "preset"))(inputs)), expected,
+                               atol=1e-6)
     again = kbert.Backbone.from_preset(str(tmp_path / "preset"))  # the family's class, from any backbone class
     assert isinstance(again, kbert.ModernBertBackbone)
-    np.testing.assert_allclose(to_numpy(again(inputs)["pooled_output"]), expected, atol=1e-6)
+    assert {**again.get_config(), "name": None} == {**backbone.get_config(), "name": None}
 
 
 def test_a_packed_row_gives_each_sequence_its_outputs_alone(tmp_path):
@@ -174,6 +178,17 @@ def test_configs_of_earlier_transformers_and_other_patterns(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**config, "layer_types": ["sliding_attention"] * 3}))
     with pytest.raises(ValueError, match=r"layer_types=\['sliding_attention'.*a global layer every n layers"):
         kbert.ModernBertBackbone.from_preset(str(tmp_path))
+
+
+def test_the_family_record_keeps_the_contract():
+    from kbert import families
+
+    family = families.get("modernbert")
+    assert family.problems() == [] and family.backbone == "ModernBertBackbone" and family.prediction_head == "head"
+    broken = dataclasses.replace(family, backbone="", prediction_head=None, question_answerer_output="")
+    assert broken.problems() == ['prediction_head must name a checkpoint layer ("head"), or be "" for none',
+                                 'question_answerer_output must name a checkpoint layer ("qa_outputs")',
+                                 'backbone must name kbert\'s backbone class ("BertBackbone")']
 
 
 def test_a_modernbert_preset_is_not_a_bert_backbone(tmp_path):
