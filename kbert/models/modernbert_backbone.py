@@ -133,6 +133,7 @@ class ModernBertBackbone(BertBackbone):
         x = final_layer_norm(x)
         # (transformers' last hidden state is the final LayerNorm's output.)
         hidden_states[-1] = x
+        # (Past BertBackbone's __init__, which builds BERT's graph, to LoRA's and keras.Model's.)
         super(BertBackbone, self).__init__(
             inputs=inputs, outputs={"sequence_output": x, "pooled_output": _pool(x, padding_mask, pooling)}, **kwargs
         )

@@ -162,7 +162,9 @@ def assign(table, tensors, prefix="", source="checkpoint"):
             f"The weights in {source} do not match its config:\n  " + "\n  ".join(problems)
             + "\nCheck that config.json belongs to these weights."
         )
-    weight_check.check((weight_check.problem(prefix + name, tensors[prefix + name]) for _, name, _ in table), source)
+    # (Each tensor once: a fused one is read by several rows.)
+    names = dict.fromkeys(prefix + name for _, name, _ in table)
+    weight_check.check((weight_check.problem(name, tensors[name]) for name in names), source)
     for variable, value in values:
         variable.assign(np.asarray(value, dtype=variable.dtype))
 

@@ -197,3 +197,6 @@ def test_a_modernbert_preset_is_not_a_bert_backbone(tmp_path):
         kbert.BertBackbone(**sizes, num_segments=0, family="modernbert")
     with pytest.raises(ValueError, match="A 'bert' backbone is a kbert.BertBackbone; ModernBertBackbone builds"):
         kbert.ModernBertBackbone(**sizes, family="bert")
+    kbert.BertBackbone(**sizes).save_to_preset(str(tmp_path / "bert"))
+    with pytest.raises(ValueError, match="holds a BERT model, a kbert.BertBackbone; ModernBertBackbone cannot build"):
+        kbert.ModernBertBackbone.from_preset(str(tmp_path / "bert"))
