@@ -44,7 +44,7 @@ def backbone_config(hf_config, source="config.json"):
     check_config(hf_config, bert.REQUIRED, "ModernBERT", source)
     config = {kbert: hf_config.get(hf, default) for kbert, hf, default in CONFIG_TABLE}
     return {**config, "global_attention_every": _global_attention_every(hf_config, source),
-            **{kbert: theta for kbert, theta in _rope_thetas(hf_config, source).items()},
+            **_rope_thetas(hf_config, source),
             "activation": bert.activation(hf_config, source, key="hidden_activation"),
             "head_activation": bert.activation(hf_config, source, key="classifier_activation")}
 
@@ -81,8 +81,9 @@ def _rope_thetas(hf_config, source):
     for layer_type, (kbert, default) in ROPE_THETAS.items():
         these = parameters.get(layer_type) or {}
         if these.get("rope_type", "default") != "default" or hf_config.get("rope_scaling"):
-            raise ValueError(f'{source} scales its rotary positions ({layer_type}: {these or hf_config["rope_scaling"]}); '
-                             'kbert builds rope_type "default".')
+            scaling = hf_config.get("rope_scaling") or these
+            raise ValueError(f'{source} scales its rotary positions ({layer_type}: {scaling}); kbert builds '
+                             'rope_type "default".')
         thetas[kbert] = float(these.get("rope_theta", hf_config.get(kbert, default)))
     return thetas
 
