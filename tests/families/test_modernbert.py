@@ -200,3 +200,44 @@ def test_a_modernbert_preset_is_not_a_bert_backbone(tmp_path):
     kbert.BertBackbone(**sizes).save_to_preset(str(tmp_path / "bert"))
     with pytest.raises(ValueError, match="holds a BERT model, a kbert.BertBackbone; ModernBertBackbone cannot build"):
         kbert.ModernBertBackbone.from_preset(str(tmp_path / "bert"))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: the model on ids is "
+                    "checked on every backend above; this adds the tokenizer, which is TensorFlow's on all")
+def test_raw_text_gives_transformers_logits_and_fill_mask_guesses(tmp_path):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    texts = ["the film was fine and warm", "a dull, long film with no heart at all", "warm light", "no"]
+    # A byte-level BPE with BERT's specials and template, as ModernBERT's tokenizer.json has them.
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.add_special_tokens([AddedToken(t, normalized=False, special=True, lstrip=t == "[MASK]")
+                            for t in ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")])
+    ids = bpe.get_vocab()
+    bpe.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0",
+        special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
+    auto = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, cls_token="[CLS]", sep_token="[SEP]",
+                                                pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]",
+                                                model_input_names=["input_ids", "attention_mask"])
+    specials = dict(vocab_size=len(auto), pad_token_id=ids["[PAD]"], cls_token_id=ids["[CLS]"],
+                    sep_token_id=ids["[SEP]"], bos_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"])
+    hf_models = {suffix: save_checkpoint(tmp_path / suffix, suffix, **specials)
+                 for suffix in ("ForSequenceClassification", "ForMaskedLM")}
+    for suffix in hf_models:
+        auto.save_pretrained(str(tmp_path / suffix))
+    classifier = kbert.TextClassifier.from_preset(str(tmp_path / "ForSequenceClassification"), sequence_length=64)
+    with torch.no_grad():
+        expected = hf_models["ForSequenceClassification"](**auto(texts, padding=True, return_tensors="pt")).logits
+    np.testing.assert_allclose(classifier.predict(texts, verbose=0), expected.numpy(), atol=1e-4)
+
+    masked_lm = kbert.MaskedLM.from_preset(str(tmp_path / "ForMaskedLM"), sequence_length=64)
+    guesses = masked_lm.fill_mask(["the film was [MASK] and warm"], top_k=3)[0][0]
+    features = auto(["the film was [MASK] and warm"], return_tensors="pt")
+    with torch.no_grad():
+        logits = hf_models["ForMaskedLM"](**features).logits[0, features["input_ids"][0].tolist().index(ids["[MASK]"])]
+    top = torch.softmax(logits, -1).topk(3)
+    assert [g.token_id for g in guesses] == top.indices.tolist()
+    np.testing.assert_allclose([g.probability for g in guesses], top.values.numpy(), atol=1e-5)
