@@ -25,6 +25,7 @@ from kbert.models import (
     BertQuestionAnswerer,
     BertTextEmbedder,
     BertTokenClassifier,
+    DebertaV2Backbone,
     MaskedLM,
     ModernBertBackbone,
     QuestionAnswerer,

@@ -13,10 +13,10 @@ whatever is new in its architecture; tasks, preprocessors, serving,
 package imports nothing else of kbert's, so every other package may read it.
 """
 
-from kbert.families import bert, distilbert, electra, modernbert, roberta
+from kbert.families import bert, deberta_v2, distilbert, electra, modernbert, roberta
 from kbert.families.family import Family
 
-_MODULES = (bert, roberta, distilbert, electra, modernbert)
+_MODULES = (bert, roberta, distilbert, electra, modernbert, deberta_v2)
 FAMILIES = tuple(module.FAMILY for module in _MODULES)
 
 

@@ -66,6 +66,9 @@ class Family:
             index (RoBERTa's `position_offset`).
         next_sentence: whether its pre-training checkpoints hold BERT's
             next-sentence head (`BertPretrainer` builds on those only).
+        legacy_names: head names of an older checkpoint layout -> the names
+            the tables read, by prefix (DeBERTa-v2's `cls.predictions.` ->
+            `lm_predictions.lm_head.`): a head is read under either.
         tokenizers: kbert's tokenizer class per model type (the tokenizer
             says how pairs are packed: its `pair_layout`).
         tokenizer_files: per model type, the sets of files a hub repository
@@ -99,6 +102,7 @@ class Family:
     token_types: bool = True
     positions_after_padding: bool = False
     next_sentence: bool = False
+    legacy_names: Mapping = dataclasses.field(default_factory=dict)
     tokenizer_classes: Mapping = dataclasses.field(default_factory=dict)
     sentencepiece_vocabularies: Mapping = dataclasses.field(default_factory=dict)
 
@@ -137,6 +141,16 @@ class Family:
     def config_names(self):
         """`{kbert argument: config.json key}`."""
         return {kbert: hf for kbert, hf, _ in self.config_table}
+
+    def current_names(self, tensors):
+        """A checkpoint's `{name: tensor}` with the names of older layouts
+        (`legacy_names`) read as the current ones, where those are absent."""
+        renamed = dict(tensors)
+        for name, tensor in tensors.items():
+            for old, new in self.legacy_names.items():
+                if name.startswith(old):
+                    renamed.setdefault(new + name[len(old):], tensor)
+        return renamed
 
     def reads(self, name, prefix=""):
         """Whether a checkpoint tensor's `name` is one of this family's

@@ -195,6 +195,14 @@ class TransformerEncoder(keras.layers.Layer):
         self, inputs, padding_mask=None, training=None, return_attention_scores=False, first_token_only=False,
         sequence_ids=None,
     ):
+        def attend(x, queries, shape):
+            return self._attention(x, queries, shape, padding_mask, training, return_attention_scores, sequence_ids)
+
+        return self._block(inputs, attend, training, return_attention_scores, first_token_only)
+
+    def _block(self, inputs, attend, training, return_attention_scores, first_token_only):
+        """The block around its attention, `attend(x, queries, shape) ->
+        (attended, scores)` (a subclass's attention reads more inputs)."""
         # The block runs on `[batch * length, hidden]`: its dense layers,
         # dropout and LayerNorms need no reshape of their own (on TensorFlow
         # about a third fewer ops to trace and run); only attention splits
@@ -204,9 +212,7 @@ class TransformerEncoder(keras.layers.Layer):
         query_length = 1 if first_token_only else length
         x = ops.reshape(inputs, (-1, hidden))
         queries = ops.reshape(inputs[:, :1], (-1, hidden)) if first_token_only else x
-        attended, scores = self._attention(
-            x, queries, (batch, length, query_length), padding_mask, training, return_attention_scores, sequence_ids
-        )
+        attended, scores = attend(x, queries, (batch, length, query_length))
         x = self.attention_layer_norm(self._residual(queries, attended, training), training=training)
         h = self._dense(self.intermediate, x, activation=self.activation, training=training)
         h = self._dense(self.output_dense, h)

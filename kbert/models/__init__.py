@@ -9,4 +9,5 @@ from kbert.models.bert_masked_lm import BertMaskedLM, BertPretrainer, MaskedLM
 from kbert.models.bert_question_answerer import BertQuestionAnswerer, QuestionAnswerer
 from kbert.models.bert_text_embedder import BertTextEmbedder, TextEmbedder
 from kbert.models.bert_token_classifier import BertTokenClassifier, TokenClassifier
+from kbert.models.deberta_v2_backbone import DebertaV2Backbone
 from kbert.models.modernbert_backbone import ModernBertBackbone

@@ -294,6 +294,7 @@ def load_hf_head(model, tensors, path, new_head=False):
     table = model.hf_head_table()
     if not table:
         return
+    tensors = families.get(model.backbone.family).current_names(tensors)
     if not all(name in tensors for _, name, _ in table):
         warnings.warn(
             f"{path} has no {type(model).__name__} head ({table[0][1]} and others); "

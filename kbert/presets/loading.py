@@ -11,7 +11,9 @@ KBERT_WEIGHTS = "model.weights.h5"
 _ARCHITECTURE = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
                  "max_sequence_length", "num_segments",
                  # ModernBERT's: which layers are local, how far they see, their rotary bases.
-                 "local_attention", "global_attention_every", "global_rope_theta", "local_rope_theta")
+                 "local_attention", "global_attention_every", "global_rope_theta", "local_rope_theta",
+                 # DeBERTa-v2's: its relative positions and the attention terms that read them.
+                 "position_buckets", "max_relative_positions", "position_attention")
 
 
 def backbone_config_of(config, kbert_layout, source):

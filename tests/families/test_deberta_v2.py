@@ -1,0 +1,179 @@
+"""DeBERTa-v3 (`model_type` "deberta-v2") against transformers on the same
+weights: the backbone (inputs past the log buckets' range) and every task
+head, from tiny random checkpoints saved by transformers' own classes
+(weights nudged off their initialisation), and back out with
+`export_to_transformers`."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import kbert
+from tests.helpers import rebuilt_from_config, to_numpy, transformers_outputs
+
+VOCABULARY = 128
+# 8 buckets: distances past +-4 share log buckets up to 16, and 40 tokens read past that.
+SIZES = dict(vocab_size=VOCABULARY, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+             relative_attention=True, position_buckets=8, max_relative_positions=16, pos_att_type=["p2c", "c2p"],
+             share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0,
+             max_position_embeddings=512, pad_token_id=0)
+# (kbert task, transformers class suffix)
+TASKS = {
+    "backbone": (kbert.DebertaV2Backbone, "Model"),
+    "classifier": (kbert.TextClassifier, "ForSequenceClassification"),
+    "masked_lm": (kbert.MaskedLM, "ForMaskedLM"),
+    "token_classifier": (kbert.TokenClassifier, "ForTokenClassification"),
+    "question_answerer": (kbert.QuestionAnswerer, "ForQuestionAnswering"),
+}
+
+
+def save_checkpoint(folder, suffix, **config):
+    """A tiny random DeBERTa-v3 of transformers' class `DebertaV2{suffix}`,
+    weights nudged (so that unit LayerNorm scales and zero biases test
+    nothing), saved to `folder` as safetensors."""
+    num_labels = 2 if suffix == "ForQuestionAnswering" else 3
+    hf_config = transformers.DebertaV2Config(**{**SIZES, **config}, num_labels=num_labels)
+    torch.manual_seed(0)
+    model = getattr(transformers, "DebertaV2" + suffix)(hf_config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    model.save_pretrained(folder)
+    return model
+
+
+def random_ids(length=40, batch=3, seed=0):
+    """Right-padded rows: the whole length, 60% of it, 3 tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = np.array([length, int(0.6 * length), 3][:batch])
+    padding_mask = (np.arange(length)[None, :] < lengths[:, None]).astype("int32")
+    token_ids = np.where(padding_mask > 0, rng.integers(3, VOCABULARY, size=(batch, length)), 0).astype("int32")
+    return {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids), "padding_mask": padding_mask}
+
+
+def hf_outputs(model, inputs):
+    out = transformers_outputs(model, {k: inputs[k] for k in ("token_ids", "padding_mask")})
+    if hasattr(out, "start_logits"):  # [batch, length, 2], as kbert's below
+        return np.stack([out.start_logits.numpy(), out.end_logits.numpy()], axis=-1)
+    return out.last_hidden_state.numpy() if hasattr(out, "last_hidden_state") else out.logits.numpy()
+
+
+def kbert_outputs(model, inputs):
+    if isinstance(model, kbert.MaskedLM):  # kbert's masked LM scores chosen positions: every position here
+        positions = np.tile(np.arange(inputs["token_ids"].shape[1], dtype="int32"), (len(inputs["token_ids"]), 1))
+        return to_numpy(model({**inputs, "mask_positions": positions})["mlm_logits"])
+    out = model(inputs)
+    if isinstance(model, kbert.QuestionAnswerer):
+        return np.stack([to_numpy(out["start_logits"]), to_numpy(out["end_logits"])], axis=-1)
+    return to_numpy(out["sequence_output"] if isinstance(out, dict) else out)
+
+
+def assert_close(got, expected, padding_mask):
+    if got.ndim == 3:  # per position: padding positions differ
+        real = padding_mask.astype(bool)
+        got, expected = got[real], expected[real]
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("task, config", [
+    ("backbone", {}),
+    # No buckets: distances clamped at +-16; one position term, pos_att_type in its string form.
+    ("backbone", {"position_buckets": -1, "pos_att_type": "c2p"}),
+    ("classifier", {}),
+    ("masked_lm", {"legacy": False}),  # lm_predictions.lm_head, as DeBERTa's own checkpoints
+    ("masked_lm", {"legacy": True}),  # transformers' default: cls.predictions
+    ("token_classifier", {}),
+    ("question_answerer", {}),
+])
+def test_every_task_matches_transformers_and_exports_back(tmp_path, task, config):
+    cls, suffix = TASKS[task]
+    hf_model = save_checkpoint(tmp_path / "hf", suffix, **config)
+    model = cls.from_preset(str(tmp_path / "hf"), **({} if task == "backbone" else {"preprocessor": None}))
+    inputs = random_ids()
+    outputs = kbert_outputs(model, inputs)
+    assert_close(outputs, hf_outputs(hf_model, inputs), inputs["padding_mask"])
+
+    model.export_to_transformers(str(tmp_path / "out"))
+    exported = transformers.AutoConfig.from_pretrained(str(tmp_path / "out"))
+    assert exported.model_type == "deberta-v2" and exported.architectures == [type(hf_model).__name__]
+    back = type(hf_model).from_pretrained(str(tmp_path / "out")).eval()
+    assert_close(outputs, hf_outputs(back, inputs), inputs["padding_mask"])
+
+
+def test_hidden_states_at_512_tokens_match_transformers(tmp_path):
+    hf_model = save_checkpoint(tmp_path, "Model")
+    backbone = kbert.DebertaV2Backbone.from_preset(str(tmp_path))
+    inputs = random_ids(length=512, batch=2)
+    got = backbone.with_hidden_states()(inputs)
+    expected = transformers_outputs(hf_model, {k: inputs[k] for k in ("token_ids", "padding_mask")},
+                                    output_hidden_states=True)
+    assert len(got["hidden_states"]) == len(expected.hidden_states) == 3
+    for mine, theirs in zip(got["hidden_states"], expected.hidden_states):
+        assert_close(to_numpy(mine), theirs.numpy(), inputs["padding_mask"])
+
+
+def test_a_packed_row_gives_each_sequence_its_outputs_alone(tmp_path):
+    # Relative distances are the same within a packed sequence as alone: attention only stays within it.
+    save_checkpoint(tmp_path, "Model")
+    packed = kbert.DebertaV2Backbone.from_preset(str(tmp_path), packing=True)
+    alone = kbert.DebertaV2Backbone.from_preset(str(tmp_path))
+    first, second = random_ids(length=20, batch=1)["token_ids"], random_ids(length=20, batch=1, seed=1)["token_ids"]
+    row = np.concatenate([first, second], axis=1)
+    sequence_ids = np.array([[1] * 20 + [2] * 20], "int32")
+    out = to_numpy(packed({"token_ids": row, "segment_ids": np.zeros_like(row), "sequence_ids": sequence_ids,
+                           "padding_mask": np.ones_like(row)})["sequence_output"])
+    for tokens, span in ((first, slice(0, 20)), (second, slice(20, 40))):
+        inputs = {"token_ids": tokens, "segment_ids": np.zeros_like(tokens), "padding_mask": np.ones_like(tokens)}
+        np.testing.assert_allclose(out[:, span], to_numpy(alone(inputs)["sequence_output"]), atol=1e-5)
+    with pytest.raises(ValueError, match="Cannot change position_buckets"):
+        kbert.DebertaV2Backbone.from_preset(str(tmp_path), position_buckets=16)
+
+
+def test_a_backbone_saves_and_loads_as_keras_file_and_config(tmp_path):
+    backbone = kbert.DebertaV2Backbone(vocabulary_size=VOCABULARY, num_layers=2, num_heads=2, hidden_dim=16,
+                                       intermediate_dim=24, position_buckets=8, max_relative_positions=16,
+                                       position_attention=["p2c"], normalize_relative_embeddings=False)
+    inputs = random_ids(length=20)
+    expected = to_numpy(backbone(inputs)["sequence_output"])
+    for copy in rebuilt_from_config(backbone):
+        assert copy.get_config() == backbone.get_config()
+    backbone.save(str(tmp_path / "backbone.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "backbone.keras"))
+    assert isinstance(loaded, kbert.DebertaV2Backbone)
+    np.testing.assert_allclose(to_numpy(loaded(inputs)["sequence_output"]), expected, atol=1e-6)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    again = kbert.Backbone.from_preset(str(tmp_path / "preset"))  # the family's class, from any backbone class
+    assert isinstance(again, kbert.DebertaV2Backbone)
+    np.testing.assert_allclose(to_numpy(again(inputs)["sequence_output"]), expected, atol=1e-6)
+    scores = to_numpy(again.attention_scores(inputs, layer_index=-1))
+    assert scores.shape == (3, 2, 20, 20) and scores[1, :, :, 12:].max() == 0  # padding is not attended to
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: reading config.json")
+@pytest.mark.parametrize("setting, message", [
+    ({"conv_kernel_size": 3}, "conv_kernel_size=3; kbert builds DeBERTa-v3's encoder, with conv_kernel_size=0"),
+    ({"position_biased_input": True}, "position_biased_input=True; .* with position_biased_input=False"),
+    ({"type_vocab_size": 2}, "type_vocab_size=2; .* with type_vocab_size=0"),
+    ({"share_att_key": False}, "share_att_key=False; .* with share_att_key=True"),
+    ({"relative_attention": False}, "relative_attention=False"),
+    ({"pooler_hidden_act": "tanh"}, 'pooler_hidden_act="tanh"'),
+    ({"pos_att_type": ["p2p"]}, "pos_att_type=\\['p2p'\\]"),
+])
+def test_configs_kbert_does_not_build_are_refused(tmp_path, setting, message):
+    save_checkpoint(tmp_path, "Model")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **setting}))
+    with pytest.raises(ValueError, match=message):
+        kbert.Backbone.from_preset(str(tmp_path))
+
+
+def test_a_deberta_preset_is_not_a_bert_backbone():
+    sizes = dict(vocabulary_size=VOCABULARY, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
+    with pytest.raises(ValueError, match="A 'deberta-v2' backbone is a kbert.DebertaV2Backbone, not a BertBackbone"):
+        kbert.BertBackbone(**sizes, num_segments=0, family="deberta-v2")
+    with pytest.raises(ValueError, match="A 'bert' backbone is a kbert.BertBackbone; DebertaV2Backbone builds"):
+        kbert.DebertaV2Backbone(**sizes, family="bert")
