@@ -21,7 +21,7 @@ def softmax_attention(q, k, v, mask):
     return np.einsum("bnts,bsnh->btnh", p / p.sum(-1, keepdims=True), v)
 
 
-@pytest.mark.parametrize("length", [3, 8, 13, 29])
+@pytest.mark.parametrize("length", [3, 13, 29])
 @pytest.mark.parametrize("masking", ["padding_mask", "sequence_ids"])
 def test_banded_attention_equals_attention_masked_to_the_window(length, masking):
     q, k, v = (RNG.normal(size=(2, length, 2, 4)).astype("float32") for _ in range(3))
@@ -86,8 +86,8 @@ def test_local_attention_must_be_an_even_window():
 
 def test_blocks_and_the_full_mask_give_the_same_weight_gradients(monkeypatch):
     layer = built_encoder()
-    x = keras.ops.convert_to_tensor(RNG.normal(size=(2, 29, 16)).astype("float32"))
-    mask = keras.ops.convert_to_tensor((np.arange(29)[None] < np.array([[29], [17]])).astype("int32"))
+    x = keras.ops.convert_to_tensor(RNG.normal(size=(2, 13, 16)).astype("float32"))  # 13 > 3 * 4: in blocks
+    mask = keras.ops.convert_to_tensor((np.arange(13)[None] < np.array([[13], [7]])).astype("int32"))
     results = []
     for in_blocks in (True, False):
         monkeypatch.setattr(RotaryEncoder, "_in_blocks", staticmethod(lambda length, half, b=in_blocks: b))
