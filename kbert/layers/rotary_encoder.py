@@ -153,6 +153,8 @@ class RotaryEncoder(keras.layers.Layer):
         positions = None if sequence_ids is None else restarting_positions(sequence_ids)
         q, k = self.rotary_embedding(q, positions), self.rotary_embedding(k, positions)
         half_window = None if self.local_attention is None else self.local_attention // 2
+        if half_window is not None and isinstance(x.shape[1], int) and x.shape[1] <= half_window + 1:
+            half_window = None  # the window holds every token: a global layer's attention, the fused kernel's
         scores = None
         if half_window is not None and not return_attention_scores and self._in_blocks(x.shape[1], half_window):
             context = banded_attention(q, k, v, half_window, padding_mask, sequence_ids, self.attention_dropout,

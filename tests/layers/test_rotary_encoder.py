@@ -65,6 +65,11 @@ def test_blocks_and_the_full_mask_give_the_same_block_output():
     full, scores = layer(x, padding_mask=mask, return_attention_scores=True)
     np.testing.assert_allclose(blocked[mask > 0], to_numpy(full)[mask > 0], atol=1e-5)
     assert tuple(scores.shape) == (2, 2, 29, 29) and to_numpy(scores)[0, 0, 20, 0] == 0
+    # Within the window (5 <= 4 + 1 tokens), a local layer attends as a global one.
+    short, short_mask = x[:, :5], mask[:, :5]
+    fused = to_numpy(layer(short, padding_mask=short_mask))
+    written_out, _ = layer(short, padding_mask=short_mask, return_attention_scores=True)
+    np.testing.assert_allclose(fused, to_numpy(written_out), atol=1e-5)
 
 
 def test_a_layer_rebuilt_from_its_config_computes_the_same_and_weights_are_named():
