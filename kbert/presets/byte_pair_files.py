@@ -48,7 +48,7 @@ _GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 def read_vocabulary(path):
     """The tokens of a `vocab.json` (token -> id), as a list indexed by id."""
-    return _tokens_by_id(files.load_json(os.path.dirname(path), os.path.basename(path)), path)
+    return tokens_by_id(files.load_json(os.path.dirname(path), os.path.basename(path)), path)
 
 
 def read_merges(path):
@@ -65,7 +65,7 @@ def parse_merge(merge, path):
     return tuple(pair)
 
 
-def _tokens_by_id(ids, path, added=()):
+def tokens_by_id(ids, path, added=()):
     """The tokens of a vocabulary as `vocab.json` and `tokenizer.json` hold
     it (an object of token -> id), as a list indexed by id, with the
     `added` tokens (`tokenizer.json`'s) at their ids: past the model's
@@ -106,18 +106,21 @@ def read_preset(folder):
         if model.get("type") != "BPE":
             raise ValueError(f"{json_path} describes a {model.get('type')} tokenizer; BytePairTokenizer reads "
                              "byte-level BPE (RoBERTa, GPT-2, ModernBERT).")
+        if model.get("byte_fallback"):
+            raise ValueError(f"{json_path} holds a SentencePiece BPE with byte_fallback (Gemma's, mmBERT's), which "
+                             "SentencePieceTokenizer reads: SentencePieceTokenizer.from_preset.")
         unsupported = [f"{key}={model[key]!r}" for key in ("continuing_subword_prefix", "end_of_word_suffix",
-                                                            "byte_fallback", "ignore_merges") if model.get(key)]
+                                                            "ignore_merges") if model.get(key)]
         if unsupported:
             raise ValueError(f"{json_path}'s BPE model sets {', '.join(unsupported)}; BytePairTokenizer reproduces "
                              "byte-level BPE without them (GPT-2's, RoBERTa's, ModernBERT's).")
         added, source = tokenizer.get("added_tokens") or [], json_path
-        vocabulary = _tokens_by_id(model.get("vocab") or {}, json_path, added)
+        vocabulary = tokens_by_id(model.get("vocab") or {}, json_path, added)
         merges = [parse_merge(m, json_path) for m in model.get("merges") or []]
     elif os.path.exists(vocab_path) and os.path.exists(merges_path):
         added = [dict(t, id=int(i)) for i, t in (config.get("added_tokens_decoder") or {}).items()]
         source = os.path.join(folder, files.TOKENIZER_CONFIG)
-        vocabulary = _tokens_by_id(files.load_json(folder, VOCAB_JSON), vocab_path, added)
+        vocabulary = tokens_by_id(files.load_json(folder, VOCAB_JSON), vocab_path, added)
         merges = read_merges(merges_path)
     else:
         raise FileNotFoundError(
@@ -153,7 +156,7 @@ def read_preset(folder):
     if pre_tokenizer and (pre_tokenizer.get("type") != "ByteLevel" or pre_tokenizer.get("use_regex") is False):
         raise ValueError(f"{json_path} pre-tokenizes with {_describe(pre_tokenizer)}; BytePairTokenizer reproduces "
                          "the ByteLevel pre-tokenizer with GPT-2's pattern (use_regex) only.")
-    special_tokens_map, (pair_layout, second_segment_id), trim_offsets = _post_processing(
+    special_tokens_map, (pair_layout, second_segment_id), trim_offsets = post_processing(
         post_processor, json_path, config, folder, settings["added_tokens"])
     return {**settings, "add_prefix_space": bool(pre_tokenizer.get("add_prefix_space", False)),
             "trim_offsets": bool(trim_offsets), "normalizer": _normalizer(tokenizer.get("normalizer"), json_path),
@@ -176,7 +179,7 @@ def _normalizer(normalizer, path):
     return forms[0] if forms else None
 
 
-def _post_processing(post_processor, path, config, folder, added_tokens):
+def post_processing(post_processor, path, config, folder, added_tokens):
     """`(special_tokens_map, (pair_layout, second_segment_id), trim_offsets)` as a `tokenizer.json`
     post-processor adds the special tokens and trims offsets (only a
     ByteLevel or RobertaProcessing post-processor trims them). The roles it
@@ -198,7 +201,7 @@ def _post_processing(post_processor, path, config, folder, added_tokens):
         elif kind == "TemplateProcessing":
             cls, sep, *layout = _template_layout(processor, path)
         else:
-            raise ValueError(f"{path} has a {kind} post-processor; BytePairTokenizer reads TemplateProcessing, "
+            raise ValueError(f"{path} has a {kind} post-processor; kbert reads TemplateProcessing, "
                              "RobertaProcessing, BertProcessing and ByteLevel.")
     named = {**files.load_json(folder, SPECIAL_TOKENS_MAP, default={}), **config}
     special_tokens_map = {}
@@ -280,7 +283,7 @@ def write_preset(folder, vocabulary, merges, *, add_prefix_space, trim_offsets, 
     files.write_json(folder, files.TOKENIZER_CONFIG, config)
     files.write_json(folder, SPECIAL_TOKENS_MAP, special)
     byte_level = {"add_prefix_space": add_prefix_space, "trim_offsets": trim_offsets, "use_regex": True}
-    post_processor = _template(special.get("cls_token"), special.get("sep_token"), ids, pair_layout,
+    post_processor = template(special.get("cls_token"), special.get("sep_token"), ids, pair_layout,
                                second_segment_id)
     if trim_offsets or post_processor is None:
         # A template trims nothing: the ByteLevel post-processor trims first.
@@ -298,7 +301,7 @@ def write_preset(folder, vocabulary, merges, *, add_prefix_space, trim_offsets, 
     })
 
 
-def _template(cls, sep, ids, pair_layout, second_segment_id):
+def template(cls, sep, ids, pair_layout, second_segment_id):
     """The `TemplateProcessing` of a layout (`_template_layout` reads it back)."""
     if cls is None or sep is None:
         return None

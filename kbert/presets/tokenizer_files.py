@@ -44,15 +44,17 @@ _BY_MODEL = {"WordPiece": "WordPieceTokenizer", "BPE": "BytePairTokenizer", "Uni
 def tokenizer_class_name(folder, family):
     """kbert's tokenizer class for the tokenizer a folder holds, from its
     files (a model's tokenizer need not be its family's: multilingual-e5-small
-    is a BERT with XLM-R's SentencePiece): vocab.txt, the SentencePiece model,
-    vocab.json, tokenizer_config.json's `tokenizer_class`, or tokenizer.json's
-    model; the family's where none says."""
+    is a BERT with XLM-R's SentencePiece; mmBERT a ModernBERT with Gemma's):
+    vocab.txt, the SentencePiece model, vocab.json, tokenizer_config.json's
+    `tokenizer_class`, or tokenizer.json's model (a BPE with byte_fallback is
+    SentencePiece's); the family's where none says."""
     def has(name):
         return os.path.exists(os.path.join(folder, name))
 
     if has(files.VOCABULARY):
         return "WordPieceTokenizer"
-    if has("sentencepiece.bpe.model"):
+    # (XLM-R's, DeBERTa-v3's and Gemma's SentencePiece models.)
+    if any(has(name) for name in ("sentencepiece.bpe.model", "spm.model", "tokenizer.model")):
         return "SentencePieceTokenizer"
     if has("vocab.json") and has("merges.txt"):
         return "BytePairTokenizer"
@@ -61,6 +63,8 @@ def tokenizer_class_name(folder, family):
         return families.tokenizer_class_of(named)
     if has(TOKENIZER_JSON):
         model = files.load_json(folder, TOKENIZER_JSON).get("model") or {}
+        if model.get("type") == "BPE" and model.get("byte_fallback"):  # SentencePiece's (Gemma's, mmBERT's)
+            return "SentencePieceTokenizer"
         if model.get("type") in _BY_MODEL:
             return _BY_MODEL[model["type"]]
     return families.tokenizer_class_name(family)

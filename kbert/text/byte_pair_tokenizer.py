@@ -30,14 +30,11 @@ from kbert.text._tf_text import tf_text
 from kbert.text.packing import PAIR_LAYOUTS, SECOND_SEGMENT_IDS
 from kbert.text.pre_tokenization import any_of_pattern
 from kbert.text.ragged import position_in_row, repeat, row_ids
-from kbert.text.tokenizer_base import Tokenizer
+from kbert.text.tokenizer_base import ROLES as _ROLES, Tokenizer
 from kbert.tf_if_present import tf
 
 CLS, PAD, SEP, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
 SPECIAL_TOKENS = (CLS, PAD, SEP, UNK, MASK)
-# The roles of the special tokens, by Hugging Face's names, and the
-# attribute of `Tokenizer` that names each.
-_ROLES = {"cls_token": "CLS", "sep_token": "SEP", "pad_token": "PAD", "unk_token": "UNK", "mask_token": "MASK"}
 _BYTE_CHARS = byte_pair.bytes_to_unicode()
 _CHAR_BYTES = {c: b for b, c in _BYTE_CHARS.items()}
 _SPACE = _BYTE_CHARS[ord(" ")]

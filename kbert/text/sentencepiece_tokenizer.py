@@ -1,16 +1,20 @@
-"""The SentencePiece unigram tokenizer of XLM-RoBERTa and CamemBERT, as
-TensorFlow ops (tensorflow-text's `SentencepieceTokenizer`, SentencePiece's
-own C++).
+"""The SentencePiece tokenizers of XLM-RoBERTa, CamemBERT and DeBERTa-v3
+(unigram) and of mmBERT (Gemma's BPE with byte fallback), as TensorFlow ops
+(tensorflow-text's `SentencepieceTokenizer`, SentencePiece's own C++).
 
-It gives the ids of transformers 5's fast tokenizer (`tokenizers`: the
+It gives the ids of transformers 5's fast tokenizer (`tokenizers`: XLM-R's
 Precompiled normalizer, WhitespaceSplit, Metaspace "▁" prefixed to each word,
-Unigram), and runs anywhere a TensorFlow graph runs. SentencePiece runs the
-model in Hugging Face's id order (`kbert.text.sentencepiece_model` writes the
-`ModelProto`), so its ids need no mapping. What `tokenizers` does around the
-model is done here: special tokens written in the text are cut out first,
-whitespace that the normalizer keeps (U+0085) becomes spaces, as
-WhitespaceSplit splits there too, tied pieces of a run of one character are
-put in `tokenizers`' order, and the spans moved to its offsets.
+Unigram; DeBERTa-v3's Precompiled normalizer that strips trailing spaces and
+collapses runs of them, Metaspace; Gemma's spaces replaced by "▁", BPE whose
+unknown characters fall back to their `<0xNN>` bytes), and runs anywhere a
+TensorFlow graph runs. SentencePiece runs the model in Hugging Face's id order
+(`kbert.text.sentencepiece_model` writes the `ModelProto`), so its ids need no
+mapping. What `tokenizers` does around the model is done here: special tokens
+written in the text are cut out first; a unigram model runs on each word
+alone, split where `tokenizers` splits (whitespace that the normalizer keeps,
+U+0085, splits XLM-R's words too, as WhitespaceSplit does), tied pieces of a
+run of one character put in `tokenizers`' order; and the spans are moved to
+its offsets.
 """
 
 import base64
@@ -20,14 +24,20 @@ import uuid
 from kbert.backend import keras_private
 from kbert.presets.files import get_preset_dir
 from kbert.text import sentencepiece_model
-from kbert.text.sentencepiece_model import WHITE_SPACE, WORD_START, character_class, text_patterns
-from kbert.text._tf_text import regex_split_with_offsets, tf_text
+from kbert.text.sentencepiece_model import (BYTE, BYTE_PIECES, WHITE_SPACE, WORD_START,
+                                            character_class, text_patterns)
+from kbert.text import byte_pair
+from kbert.text._tf_text import tf_text
+from kbert.text.packing import PAIR_LAYOUTS, SECOND_SEGMENT_IDS
 from kbert.text.pre_tokenization import any_of_pattern
 from kbert.text.ragged import merge_rows, position_in_row, repeat, row_ids
-from kbert.text.tokenizer_base import Tokenizer
+from kbert.text.tokenizer_base import ROLES, Tokenizer
 from kbert.tf_if_present import tf
 
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "<s>", "</s>", "<mask>"
+# XLM-RoBERTa's special tokens by their roles (Hugging Face's names).
+XLM_ROBERTA_SPECIAL_TOKENS = {"cls_token": CLS, "sep_token": SEP, "pad_token": PAD, "unk_token": UNK,
+                              "mask_token": MASK}
 
 
 class _Vocabulary:
@@ -65,11 +75,18 @@ class _Tokenization:
     """The SentencePiece model and traced tokenization of one vocabulary,
     shared by every tokenizer with it (`kbert.text.tokenizer_base._SHARED`)."""
 
-    def __init__(self, pieces, unk_id, special_tokens, precompiled_charsmap, lstrip_tokens):
+    def __init__(self, pieces, unk_id, special_tokens, precompiled_charsmap, lstrip_tokens, whitespace_split,
+                 merges):
         self.vocabulary = _Vocabulary(pieces)
         proto, ids, types = sentencepiece_model.runnable_model_proto(
-            pieces, unk_id, special_tokens, precompiled_charsmap
+            pieces, unk_id, special_tokens, precompiled_charsmap, merges
         )
+        self.bpe = merges is not None
+        self.merges = merges
+        self.whitespace_split = whitespace_split
+        # Each id's piece: whether it is a byte piece (BPE), or the lone word start "▁".
+        self.is_byte = tf.constant([kind == BYTE for kind in types])
+        self.word_start_id = ids.get(WORD_START, -1)
         self.model = tf_text.SentencepieceTokenizer(model=proto, out_type=tf.int32)
         self.model._model_resource = _ModelResource(proto)  # see there
         self.special_tokens = special_tokens
@@ -83,8 +100,11 @@ class _Tokenization:
         ) or None
         charsmap = base64.b64decode(precompiled_charsmap)
         self.word_breaks, self.before_piece, self.after_piece, self.unknown_run = text_patterns(
-            pieces, charsmap
+            pieces, charsmap, whitespace_split
         )
+        # What splits words where no WhitespaceSplit does: what the normalizer makes spaces.
+        self.break_class = character_class(" " + "".join(
+            c for c, n in sentencepiece_model.charsmap_of_characters(charsmap).items() if n and set(n) == {" "}))
         # Pieces that repeat one character ("...", "!!"): their codepoint and length.
         repeats = [
             (ord(piece[0]), len(piece)) if kind == sentencepiece_model.NORMAL and len(set(piece)) == 1
@@ -117,18 +137,58 @@ class _Tokenization:
         )
 
     def _run_model(self, texts, with_offsets):
-        """The model on each word of `texts` alone, as `tokenizers` runs it.
-        SentencePiece's C++ adds up the scores of a whole input's pieces in
-        float32: over a long text (a 3,990-character review sums to about
-        -15,000, where float32 steps by 0.001) it cannot tell two cuts of a
-        word apart, and may pick the worse one. A word's sum is exact enough.
-        (No piece spans whitespace, so the words' pieces are the text's.)"""
+        """The model on each word of `texts` alone, as `tokenizers` runs a
+        unigram model. SentencePiece's C++ adds up the scores of a whole
+        input's pieces in float32: over a long text (a 3,990-character
+        review sums to about -15,000, where float32 steps by 0.001) it cannot
+        tell two cuts of a word apart, and may pick the worse one. A word's
+        sum is exact enough. (No piece spans whitespace, so the words' pieces
+        are the text's.) A BPE runs on the whole text, as `tokenizers` runs
+        Gemma's: it adds up no scores."""
+        if self.bpe:
+            return self._run_bpe(texts, with_offsets)
         words, word_starts = self._words(texts)
         pieces = self._run_model_on_words(words.flat_values, with_offsets)
         if with_offsets:
             shift = repeat(word_starts, pieces[0].row_lengths())
             pieces = (pieces[0], *(p.with_flat_values(p.flat_values + shift) for p in pieces[1:]))
+            if not self.whitespace_split:
+                pieces = self._take_space_before(texts, words, word_starts, *pieces)
         return tuple(merge_rows(p, words.row_splits) for p in pieces)
+
+    def _take_space_before(self, texts, words, word_starts, ids, starts, ends):
+        """Where Metaspace splits words (DeBERTa's), a word's first piece
+        spans the whitespace character before it (its "▁"), and a lone "▁"
+        that character alone."""
+        text_of_word = tf.gather(texts, row_ids(words))
+        space = tf.zeros_like(word_starts)
+        for n in (1, 2, 3):  # the byte length of the character before the word, if it is whitespace
+            before = tf.strings.substr(text_of_word, tf.maximum(word_starts - n, 0), tf.minimum(word_starts, n))
+            space = tf.where((word_starts >= n) & tf.strings.regex_full_match(before, self.break_class),
+                             tf.cast(n, space.dtype), space)
+        first = tf.equal(position_in_row(ids), 0)
+        shift = repeat(space, ids.row_lengths())
+        flat_starts, flat_ends = starts.flat_values, ends.flat_values
+        lone = first & tf.equal(ids.flat_values, self.word_start_id) & (shift > 0)
+        new_starts = tf.where(first, flat_starts - shift, flat_starts)
+        new_ends = tf.where(lone, new_starts + shift, flat_ends)
+        return ids, starts.with_flat_values(new_starts), ends.with_flat_values(new_ends)
+
+    def _run_bpe(self, texts, with_offsets):
+        if not with_offsets:
+            return (self.model.tokenize(texts),)
+        ids, starts, ends = self.model.tokenize_with_offsets(texts)
+        # SentencePiece gives a character's bytes (its fallback) the span of
+        # the whole character on its last byte and none on the others;
+        # `tokenizers` the whole character's on each. (Starts only grow in a row.)
+        flat_starts, flat_ends = tf.cast(starts.flat_values, tf.int64), tf.cast(ends.flat_values, tf.int64)
+        rows = tf.cast(row_ids(ids), tf.int64)
+        new_group = tf.concat([[True], (flat_starts[1:] != flat_starts[:-1]) | (rows[1:] != rows[:-1])],
+                              0)[:tf.size(flat_starts)]
+        group = tf.cumsum(tf.cast(new_group, tf.int64)) - 1
+        group_end = tf.gather(tf.math.segment_max(flat_ends, group), group)
+        flat_ends = tf.where(tf.gather(self.is_byte, ids.flat_values), group_end, flat_ends)
+        return ids, starts.with_flat_values(flat_starts), ends.with_flat_values(flat_ends)
 
     def _words(self, texts):
         """The words of `texts` as written (`tokenizers`' WhitespaceSplit),
@@ -201,7 +261,9 @@ class _Tokenization:
     def _tokenize_sections(self, texts, with_offsets):
         """Cuts out the special tokens written in `texts` (each becomes its
         id), tokenizes the text between them, and joins the pieces again."""
-        sections, section_starts, _ = regex_split_with_offsets(texts, self.special_pattern, self.special_pattern)
+        # (U+0000 kept: tensorflow-text's split would end a text there.)
+        sections, section_starts, section_ends = byte_pair.regex_split(texts, self.special_pattern)
+        sections = byte_pair.as_written(texts, sections, section_starts, section_ends)
         flat = sections.flat_values
         token = tf.strings.regex_replace(flat, f"^{self.whitespace}+", "")
         is_token = tf.equal(token[:, None], self.special_strings[None, :])  # [sections, special tokens]
@@ -239,13 +301,17 @@ def _map_rows_of_tuples(condition, if_true, if_false):
 
 
 class SentencePieceTokenizer(Tokenizer):
-    """XLM-RoBERTa's (and CamemBERT's) SentencePiece unigram tokenizer, as
-    TensorFlow ops.
+    """A SentencePiece tokenizer, as TensorFlow ops: the unigram models of
+    XLM-RoBERTa, CamemBERT and DeBERTa-v3, and the BPE with byte fallback
+    of mmBERT (Gemma's).
 
-    Gives the same ids as transformers' fast `XLMRobertaTokenizer` with
+    Gives the same ids as transformers' fast tokenizer of the same files
+    (`XLMRobertaTokenizer`, `DebertaV2Tokenizer`, or the
+    `PreTrainedTokenizerFast` of a Gemma-style `tokenizer.json`) with
     `add_special_tokens=False`. It is a `tf.Module`: call it inside
     `tf.data.Dataset.map` or a `tf.function`, and track it from a module you
-    export as a SavedModel.
+    export as a SavedModel. `from_preset` reads all its settings from the
+    tokenizer's files; the defaults are XLM-R's.
 
     Args:
         pieces: the vocabulary, a list of `[piece, score]` in id order
@@ -257,6 +323,23 @@ class SentencePieceTokenizer(Tokenizer):
             Precompiled normalizer); "" normalizes nothing.
         lstrip_tokens: special tokens that take the whitespace before them
             into their span (`lstrip`; XLM-R's `<mask>`).
+        special_tokens_map: the token of each role, by Hugging Face's names
+            (`cls_token`, `sep_token`, `pad_token`, `unk_token`,
+            `mask_token`); None: XLM-R's (`<s>`, `</s>`, `<pad>`, `<unk>`,
+            `<mask>`).
+        pair_layout: how the preprocessor packs a pair (`kbert.text.packing`):
+            `"two_separators"` (`<s> A </s></s> B </s>`, XLM-R) or
+            `"one_separator"` (`[CLS] A [SEP] B [SEP]`, DeBERTa-v3).
+        second_segment_id: the segment id of B and the separators after A's,
+            as the template sets it (None: the layout's; DeBERTa-v3: 1).
+        whitespace_split: whether words are split at every whitespace
+            character the normalizer keeps (`tokenizers`' WhitespaceSplit,
+            XLM-R's) and spans leave it out; else (DeBERTa-v3's Metaspace)
+            only where the normalizer makes spaces, a word's span starting
+            at the space before it.
+        merges: a BPE's merges, lowest rank first (`[a, b]` pairs); None
+            for a unigram model. Characters that no piece holds become
+            their `<0xNN>` byte pieces.
 
     Example:
     >>> tokenizer = SentencePieceTokenizer.from_preset("hf://FacebookAI/xlm-roberta-base")
@@ -264,16 +347,18 @@ class SentencePieceTokenizer(Tokenizer):
     <tf.RaggedTensor [[35378, 8999], [10, 250001]]>
     """
 
-    PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
-    # How the preprocessor packs a pair: `<s> A </s></s> B </s>` (`kbert.text.packing`).
-    pair_layout = "two_separators"
-
     def __init__(
-        self, pieces, unk_id=3, special_tokens=(CLS, PAD, SEP, UNK, MASK), precompiled_charsmap="", lstrip_tokens=()
+        self, pieces, unk_id=3, special_tokens=(CLS, PAD, SEP, UNK, MASK), precompiled_charsmap="", lstrip_tokens=(),
+        special_tokens_map=None, pair_layout="two_separators", second_segment_id=None, whitespace_split=True,
+        merges=None,
     ):
         super().__init__(name="sentencepiece_tokenizer")
         pieces = tuple((str(piece), float(score)) for piece, score in pieces)
         tokens = [piece for piece, _ in pieces]
+        special_tokens_map = dict(XLM_ROBERTA_SPECIAL_TOKENS if special_tokens_map is None else special_tokens_map)
+        unknown = sorted(set(special_tokens_map) - set(ROLES))
+        if unknown:
+            raise ValueError(f"special_tokens_map names {', '.join(unknown)}; the roles are {', '.join(ROLES)}.")
         missing = [t for t in special_tokens if t not in tokens]
         if missing or not 0 <= unk_id < len(pieces):
             raise ValueError(
@@ -281,11 +366,30 @@ class SentencePieceTokenizer(Tokenizer):
                 f"{unk_id}. Pass the special tokens that are among the pieces, or read the "
                 "vocabulary with SentencePieceTokenizer.from_preset."
             )
+        if pair_layout not in PAIR_LAYOUTS:
+            raise ValueError(f'Unknown pair_layout "{pair_layout}". Use one of: {", ".join(PAIR_LAYOUTS)}.')
+        if merges is not None:
+            merges = tuple(tuple(merge.split(" ") if isinstance(merge, str) else merge) for merge in merges)
+            lacking = [b for b in BYTE_PIECES if b not in tokens]
+            if lacking:
+                raise ValueError(f"The BPE vocabulary lacks the byte pieces {', '.join(lacking[:5])}; "
+                                 "SentencePieceTokenizer runs BPE with byte fallback, whose vocabulary holds "
+                                 "all 256, <0x00> to <0xFF>.")
         self._unk_id = unk_id
         self.precompiled_charsmap = precompiled_charsmap
         self.lstrip_tokens = tuple(lstrip_tokens)
+        self.special_tokens_map = {role: special_tokens_map.get(role) for role in ROLES}
+        # What `Tokenizer` reads the special ids by (`cls_id` ...): the files' tokens.
+        for role, attribute in ROLES.items():
+            setattr(self, attribute, self.special_tokens_map[role])
+        # How the preprocessor packs a pair (`kbert.text.packing`).
+        self.pair_layout = pair_layout
+        self.second_segment_id = int(SECOND_SEGMENT_IDS[pair_layout] if second_segment_id is None
+                                     else second_segment_id)
+        self.whitespace_split = bool(whitespace_split)
         self._share_tokenization(
-            _Tokenization, (pieces, unk_id, tuple(special_tokens), precompiled_charsmap, self.lstrip_tokens)
+            _Tokenization, (pieces, unk_id, tuple(special_tokens), precompiled_charsmap, self.lstrip_tokens,
+                            self.whitespace_split, merges)
         )
         # Tracked, so that a SavedModel holds the SentencePiece model.
         self._model = self._tokenization.model
@@ -293,8 +397,11 @@ class SentencePieceTokenizer(Tokenizer):
     @classmethod
     def from_preset(cls, preset, **kwargs):
         """Builds the tokenizer from a folder's `tokenizer.json` (transformers
-        5) or `sentencepiece.bpe.model` (the hub's XLM-RoBERTa files), read
-        as `AutoTokenizer` reads them.
+        5) or SentencePiece model (the hub's `sentencepiece.bpe.model`,
+        `spm.model` or `tokenizer.model`), read as `AutoTokenizer` reads
+        them: the special tokens and the pair layout as the post-processor
+        adds them, else as the vocabulary layout of the class that
+        `tokenizer_config.json` names.
 
         Args:
             preset: a registered name, `hf://owner/name`, or a local folder.
@@ -316,7 +423,14 @@ class SentencePieceTokenizer(Tokenizer):
             folder, self._vocabulary.pieces, self._unk_id, self.special_tokens, self.precompiled_charsmap,
             lstrip_tokens=self.lstrip_tokens,
             model_max_length=model_max_length,
+            special_tokens_map=self.special_tokens_map, pair_layout=self.pair_layout,
+            second_segment_id=self.second_segment_id, whitespace_split=self.whitespace_split, merges=self.merges,
         )
+
+    @property
+    def merges(self):
+        """A BPE's merges (`[a, b]` pairs), None for a unigram model."""
+        return self._tokenization.merges
 
     def get_config(self):
         return {
@@ -325,6 +439,11 @@ class SentencePieceTokenizer(Tokenizer):
             "special_tokens": list(self.special_tokens),
             "precompiled_charsmap": self.precompiled_charsmap,
             "lstrip_tokens": list(self.lstrip_tokens),
+            "special_tokens_map": dict(self.special_tokens_map),
+            "pair_layout": self.pair_layout,
+            "second_segment_id": self.second_segment_id,
+            "whitespace_split": self.whitespace_split,
+            "merges": None if self.merges is None else [list(m) for m in self.merges],
         }
 
     def tokenize_with_byte_spans(self, texts):
@@ -341,13 +460,28 @@ class SentencePieceTokenizer(Tokenizer):
 
     def _join_tokens(self, tokens):
         """Pieces joined, each "▁" a space, the first one dropped (Hugging
-        Face's `decode`)."""
-        text = tf.strings.reduce_join(tokens, axis=-1)
-        return tf.strings.regex_replace(tf.strings.regex_replace(text, WORD_START, " "), "^ ", "")
+        Face's `decode`); a BPE's byte pieces as their bytes (those that are
+        not UTF-8 U+FFFD), its first space kept (Gemma's decoder)."""
+        if self.merges is None:
+            text = tf.strings.reduce_join(tokens, axis=-1)
+            return tf.strings.regex_replace(tf.strings.regex_replace(text, WORD_START, " "), "^ ", "")
+        # "<0xNN>" back to its byte, as ByteFallback decodes it.
+        pieces = tf.ragged.map_flat_values(_piece_bytes, tokens)
+        text = tf.strings.regex_replace(tf.strings.reduce_join(pieces, axis=-1), WORD_START, " ")
+        return tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
 
     def _continues_word(self, token):
         return not token.startswith(WORD_START)
 
-    @property
-    def unk_id(self):
-        return self._unk_id
+
+_BYTE_STRINGS = [bytes([b]) for b in range(256)]
+
+
+def _piece_bytes(tokens):
+    """Each "<0xNN>" byte piece of a 1-D string tensor as its byte, the others as they are."""
+    is_byte = tf.strings.regex_full_match(tokens, "<0x[0-9A-F]{2}>")
+    hex_digits = tf.where(is_byte, tf.strings.regex_replace(tokens, "^<0x(..)>$", r"\1"), "00")
+    digits = tf.strings.unicode_decode(hex_digits, "UTF-8").to_tensor(shape=[None, 2])
+    values = tf.where(digits >= ord("A"), digits - ord("A") + 10, digits - ord("0"))
+    byte = tf.clip_by_value(values[:, 0] * 16 + values[:, 1], 0, 255)
+    return tf.where(is_byte, tf.gather(tf.constant(_BYTE_STRINGS), byte), tokens)

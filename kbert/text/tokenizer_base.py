@@ -13,6 +13,10 @@ from kbert.tf_if_present import tf
 # of every copy of a `tf.function` together, so one per tokenizer warned of
 # "retracing" from the fifth on.
 _SHARED = weakref.WeakValueDictionary()
+# The roles of the special tokens, by Hugging Face's names, and the
+# attribute of `Tokenizer` that names each (for tokenizers whose files name
+# them: `BytePairTokenizer`, `SentencePieceTokenizer`).
+ROLES = {"cls_token": "CLS", "sep_token": "SEP", "pad_token": "PAD", "unk_token": "UNK", "mask_token": "MASK"}
 
 
 class Vocabulary:
