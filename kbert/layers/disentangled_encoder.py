@@ -75,9 +75,9 @@ class DisentangledEncoder(TransformerEncoder):
         self.span = position_buckets or max_relative_positions
 
     def build(self, input_shape):
-        super().build(input_shape)
         # transformers' pos_dropout: on the relative table, in training.
         self.position_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
+        super().build(input_shape)
 
     def call(self, inputs, relative_embeddings, padding_mask=None, training=None, return_attention_scores=False,
              first_token_only=False, sequence_ids=None):
