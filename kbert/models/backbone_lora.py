@@ -6,6 +6,7 @@ backbone's kernels, so that they are not applied twice."""
 
 import keras
 
+from kbert.models.arguments import check_keras_model_arguments
 from kbert.presets import lora
 
 
@@ -16,6 +17,7 @@ class LoRA:
     kernels it was built with, which its config keeps (`lora_config`)."""
 
     def __init__(self, *args, lora_merged=(), **kwargs):
+        check_keras_model_arguments(type(self), kwargs)
         super().__init__(*args, **kwargs)
         self.lora_merged = tuple(lora_merged)
 

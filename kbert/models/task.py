@@ -6,6 +6,7 @@ import keras
 
 from kbert import tf_if_present
 from kbert.models import task_answers, task_inputs, task_presets
+from kbert.models.arguments import check_keras_model_arguments
 from kbert.models.bert_backbone import BertBackbone
 from kbert.models.task_training import TrainedWeights, schedule_learning_rate, tensorflow_without_strategy
 from kbert.presets import to_transformers
@@ -67,6 +68,7 @@ class Task(DistributedTraining, TrainedWeights, keras.Model):
         """
         if input_padding not in ("bucket", "sequence_length"):
             raise ValueError(f'input_padding="{input_padding}": use "bucket" or "sequence_length".')
+        check_keras_model_arguments(type(self), kwargs)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.backbone = backbone
         self.dtype_policy = backbone.dtype_policy  # the policy that runs (see BertBackbone)
