@@ -9,8 +9,9 @@ _MINIATURE = "google/bert_uncased_L-{layers}_H-{hidden}_A-{heads}"
 
 
 def _entry(repo, layers, hidden, heads, lowercase, description, vocabulary_size=30522, num_segments=2,
-           pooler=True):
+           pooler=True, parameters=None):
     return {
+        "parameters": parameters,
         "num_segments": num_segments,
         "pooler": pooler,
         "hf_repo": repo,
@@ -22,6 +23,11 @@ def _entry(repo, layers, hidden, heads, lowercase, description, vocabulary_size=
         "lowercase": lowercase,
         "description": description,
     }
+
+
+def _modern(repo, layers, hidden, heads, parameters, description):
+    return _entry(repo, layers, hidden, heads, None, description, vocabulary_size=None, num_segments=0,
+                  pooler=False, parameters=parameters)
 
 
 PRESETS = {
@@ -87,6 +93,38 @@ PRESETS = {
         "google/electra-base-discriminator", 12, 768, 12, True,
         "ELECTRA-Base discriminator, uncased English (Clark et al. 2020).", pooler=False,
     ),
+    # The ModernBERT lineage (kbert.families.modernbert). Its layers are not
+    # BERT's (GeGLU, no biases, rotary positions): the parameter counts are
+    # transformers' ModernBertModel's of each published config.
+    **{name: _modern(*row) for name, row in {
+        "modernbert_base": ("answerdotai/ModernBERT-base", 22, 768, 12, 149_014_272,
+                            "ModernBERT-base, English and code, 8,192 tokens (Warner et al. 2024)."),
+        "modernbert_large": ("answerdotai/ModernBERT-large", 28, 1024, 16, 394_781_696,
+                             "ModernBERT-large, English and code, 8,192 tokens (Warner et al. 2024)."),
+        "mmbert_small": ("jhu-clsp/mmBERT-small", 22, 384, 6, 140_493_696,
+                         "mmBERT-small, 1,800+ languages, Gemma's tokenizer (Marone et al. 2025)."),
+        "mmbert_base": ("jhu-clsp/mmBERT-base", 22, 768, 12, 306_939_648,
+                        "mmBERT-base, 1,800+ languages, Gemma's tokenizer (Marone et al. 2025)."),
+        "ettin_encoder_17m": ("jhu-clsp/ettin-encoder-17m", 7, 256, 4, 16_797_440,
+                              "Ettin encoder 17M, English (Weller et al. 2025)."),
+        "ettin_encoder_32m": ("jhu-clsp/ettin-encoder-32m", 10, 384, 6, 31_883_136,
+                              "Ettin encoder 32M, English (Weller et al. 2025)."),
+        "ettin_encoder_68m": ("jhu-clsp/ettin-encoder-68m", 19, 512, 8, 68_144_640,
+                              "Ettin encoder 68M, English (Weller et al. 2025)."),
+        "ettin_encoder_150m": ("jhu-clsp/ettin-encoder-150m", 22, 768, 12, 149_014_272,
+                               "Ettin encoder 150M, English (Weller et al. 2025)."),
+        "ettin_encoder_400m": ("jhu-clsp/ettin-encoder-400m", 28, 1024, 16, 394_781_696,
+                               "Ettin encoder 400M, English (Weller et al. 2025)."),
+        "ettin_encoder_1b": ("jhu-clsp/ettin-encoder-1b", 28, 1792, 28, 1_028_050_688,
+                             "Ettin encoder 1B, English (Weller et al. 2025)."),
+        "gte_modernbert_base": ("Alibaba-NLP/gte-modernbert-base", 22, 768, 12, 149_014_272,
+                                "gte-modernbert-base: a ModernBERT text embedder (CLS pooling)."),
+        "modernbert_embed_base": ("nomic-ai/modernbert-embed-base", 22, 768, 12, 149_014_272,
+                                  "modernbert-embed-base: a ModernBERT text embedder (mean pooling, "
+                                  "search_query: / search_document: prompts)."),
+        "gte_reranker_modernbert_base": ("Alibaba-NLP/gte-reranker-modernbert-base", 22, 768, 12, 149_014_272,
+                                         "gte-reranker-modernbert-base: a ModernBERT cross-encoder (rank)."),
+    }.items()},
 }
 
 
@@ -113,7 +151,8 @@ def list_presets():
             "num_layers": entry["num_layers"],
             "hidden_dim": entry["hidden_dim"],
             "num_heads": entry["num_heads"],
-            "parameters": parameter_count(entry, num_segments=entry["num_segments"], pooler=entry["pooler"]),
+            "parameters": entry["parameters"] or parameter_count(entry, num_segments=entry["num_segments"],
+                                                                 pooler=entry["pooler"]),
             "lowercase": entry["lowercase"],
             "description": entry["description"],
         }

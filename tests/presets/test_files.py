@@ -91,6 +91,10 @@ def test_presets_table_lists_every_size_with_parameter_counts():
     assert 109e6 < presets["base"]["parameters"] < 110e6
     assert 334e6 < presets["large"]["parameters"] < 336e6
     assert "google/bert_uncased_L-2_H-128_A-2" in kbert.presets.format_presets()
+    # The ModernBERT lineage, at the sizes its model cards give.
+    assert round(presets["modernbert_base"]["parameters"] / 1e6) == 149
+    assert round(presets["mmbert_base"]["parameters"] / 1e6) == 307
+    assert round(presets["ettin_encoder_17m"]["parameters"] / 1e6) == 17
 
 
 @pytest.fixture
