@@ -32,6 +32,12 @@ TASKS = {
 }
 
 
+def tiny_backbone(**settings):
+    """SIZES as a kbert backbone."""
+    return kbert.ModernBertBackbone(vocabulary_size=VOCABULARY, num_layers=3, num_heads=2, hidden_dim=32,
+                                    intermediate_dim=48, local_attention=16, global_attention_every=2, **settings)
+
+
 def save_checkpoint(folder, suffix, **config):
     """A tiny random ModernBERT of transformers' class `ModernBert{suffix}`,
     weights nudged (so that unit LayerNorm scales and zero biases test
@@ -114,27 +120,25 @@ def test_hidden_states_and_2048_tokens_match_transformers(tmp_path):
 
 
 def test_local_layers_see_only_their_window_and_global_ones_everything():
-    backbone = kbert.ModernBertBackbone(vocabulary_size=VOCABULARY, num_layers=2, num_heads=2, hidden_dim=16,
-                                        intermediate_dim=24, local_attention=8, global_attention_every=2)
-    assert [layer.local_attention for layer in backbone.transformer_layers] == [None, 8]
+    backbone = tiny_backbone()
+    assert [layer.local_attention for layer in backbone.transformer_layers] == [None, 16, None]
     assert backbone.transformer_layers[0].attention_layer_norm is None
-    inputs = random_ids(length=30, batch=1)
+    inputs = random_ids()
     changed = {**inputs, "token_ids": inputs["token_ids"].copy()}
-    changed["token_ids"][0, 29] = 3 if inputs["token_ids"][0, 29] != 3 else 4
+    changed["token_ids"][0, 39] = 3 if inputs["token_ids"][0, 39] != 3 else 4
     hidden = backbone.with_hidden_states()
     first, again = (to_numpy(hidden(x)["hidden_states"][1]) for x in (inputs, changed))
     assert np.abs(again[0, 0] - first[0, 0]).max() > 1e-4  # the global layer 0 reads the last token
     scores = to_numpy(backbone.attention_scores(inputs, layer_index=1))
-    assert scores[0, :, 0, 5:].max() == 0 and scores[0, :, 20, 16:25].min() > 0  # within +-4 only
+    assert scores[0, :, 0, 9:].max() == 0 and scores[0, :, 20, 12:29].min() > 0  # within +-8 only
 
 
 def test_a_classifier_saves_and_loads_as_keras_file_and_preset(tmp_path):
-    backbone = kbert.ModernBertBackbone(vocabulary_size=VOCABULARY, num_layers=2, num_heads=2, hidden_dim=16,
-                                        intermediate_dim=24, local_attention=8, pooling="mean", norm_bias=True)
+    backbone = tiny_backbone(pooling="mean", norm_bias=True)
     for copy in rebuilt_from_config(backbone):
         assert copy.get_config() == backbone.get_config()
     model = kbert.TextClassifier(backbone, num_classes=2)
-    inputs = random_ids(length=20)
+    inputs = random_ids()
     expected = to_numpy(model(inputs))
     model.save(str(tmp_path / "classifier.keras"))
     loaded = keras.saving.load_model(str(tmp_path / "classifier.keras"))
@@ -153,14 +157,19 @@ def test_a_packed_row_gives_each_sequence_its_outputs_alone(tmp_path):
     save_checkpoint(tmp_path, "Model")
     packed = kbert.ModernBertBackbone.from_preset(str(tmp_path), packing=True)
     alone = kbert.ModernBertBackbone.from_preset(str(tmp_path))
-    first, second = random_ids(length=20, batch=1)["token_ids"], random_ids(length=20, batch=1, seed=1)["token_ids"]
-    row = np.concatenate([first, second], axis=1)  # 40 tokens: the local layer reads past +-8, in blocks
-    sequence_ids = np.array([[1] * 20 + [2] * 20], "int32")
-    out = to_numpy(packed({"token_ids": row, "segment_ids": np.zeros_like(row), "sequence_ids": sequence_ids,
-                           "padding_mask": np.ones_like(row)})["sequence_output"])
-    for tokens, span in ((first, slice(0, 20)), (second, slice(20, 40))):
-        inputs = {"token_ids": tokens, "segment_ids": np.zeros_like(tokens), "padding_mask": np.ones_like(tokens)}
-        np.testing.assert_allclose(out[:, span], to_numpy(alone(inputs)["sequence_output"]), atol=1e-5)
+    # Two sequences of 20 tokens, each alone (padded to 40) and packed in one row of 40: the local
+    # layer reads past +-8, in blocks. (Batches of 3 x 40, the shapes of the other tests.)
+    first, second = np.random.default_rng(1).integers(3, VOCABULARY, size=(2, 20)).astype("int32")
+    padding = np.zeros(20, "int32")
+    alone_ids = np.stack([np.concatenate([first, padding]), np.concatenate([second, padding])] * 2)[:3]
+    halves = (np.arange(40) < 20).astype("int32")
+    expected = to_numpy(alone({"token_ids": alone_ids, "segment_ids": np.zeros_like(alone_ids),
+                               "padding_mask": np.stack([halves] * 3)})["sequence_output"])
+    packed_ids = np.stack([np.concatenate([first, second])] * 3)
+    sequence_ids = np.stack([np.repeat(np.array([1, 2], "int32"), 20)] * 3)
+    out = to_numpy(packed({"token_ids": packed_ids, "segment_ids": np.zeros_like(packed_ids),
+                           "sequence_ids": sequence_ids, "padding_mask": np.ones_like(packed_ids)})["sequence_output"])
+    np.testing.assert_allclose(out[0], np.concatenate([expected[0, :20], expected[1, :20]]), atol=1e-5)
     with pytest.raises(ValueError, match="Cannot change local_attention"):
         kbert.ModernBertBackbone.from_preset(str(tmp_path), local_attention=32)
 

@@ -7,12 +7,19 @@ from kbert.layers.local_attention import attention_mask, banded_attention
 from tests.helpers import output_and_weight_gradients, rebuilt_from_config, to_numpy
 
 RNG = np.random.default_rng(0)
+# The sizes of tests/families/test_modernbert.py (JAX compiles each op once per shape): a window of +-8.
+HIDDEN, LENGTH = 32, 40
+MASK = (np.arange(LENGTH)[None] < np.array([[LENGTH], [24], [3]])).astype("int32")
 
 
 def built_encoder(**kwargs):
-    layer = RotaryEncoder(num_heads=2, intermediate_dim=24, local_attention=8, **kwargs)
-    layer.build((None, None, 16))
+    layer = RotaryEncoder(num_heads=2, intermediate_dim=48, local_attention=16, **kwargs)
+    layer.build((None, None, HIDDEN))
     return layer
+
+
+def hidden_states():
+    return RNG.normal(size=(3, LENGTH, HIDDEN)).astype("float32")
 
 
 def softmax_attention(q, k, v, mask):
@@ -47,26 +54,25 @@ def test_rotary_logits_depend_on_relative_positions_only():
 
 def test_a_local_layer_attends_within_its_window_only():
     layer = built_encoder()
-    x = RNG.normal(size=(1, 20, 16)).astype("float32")
+    x = hidden_states()
     changed = x.copy()
-    changed[0, 19] = RNG.normal(size=16)  # 5 positions past the window of token 14 (+-4)
+    changed[0, 39] = RNG.normal(size=HIDDEN)  # past the window of tokens 0-30 (+-8)
     out, again = to_numpy(layer(x)), to_numpy(layer(changed))
-    np.testing.assert_allclose(again[0, :15], out[0, :15], atol=1e-6)
-    assert np.abs(again[0, 15:] - out[0, 15:]).max() > 1e-3
-    glob = RotaryEncoder(num_heads=2, intermediate_dim=24)  # global: every token sees token 19
+    np.testing.assert_allclose(again[0, :31], out[0, :31], atol=1e-6)
+    assert np.abs(again[0, 31:] - out[0, 31:]).max() > 1e-3
+    glob = RotaryEncoder(num_heads=2, intermediate_dim=48)  # global: every token sees token 39
     assert np.abs(to_numpy(glob(changed))[0, 0] - to_numpy(glob(x))[0, 0]).max() > 1e-4
 
 
 def test_blocks_and_the_full_mask_give_the_same_block_output():
     layer = built_encoder()
-    x = RNG.normal(size=(2, 29, 16)).astype("float32")
-    mask = (np.arange(29)[None] < np.array([[29], [17]])).astype("int32")
-    blocked = to_numpy(layer(x, padding_mask=mask))  # 29 > 3 * 4: in blocks
-    full, scores = layer(x, padding_mask=mask, return_attention_scores=True)
-    np.testing.assert_allclose(blocked[mask > 0], to_numpy(full)[mask > 0], atol=1e-5)
-    assert tuple(scores.shape) == (2, 2, 29, 29) and to_numpy(scores)[0, 0, 20, 0] == 0
-    # Within the window (5 <= 4 + 1 tokens), a local layer attends as a global one.
-    short, short_mask = x[:, :5], mask[:, :5]
+    x = hidden_states()
+    blocked = to_numpy(layer(x, padding_mask=MASK))  # 40 > 3 * 8: in blocks
+    full, scores = layer(x, padding_mask=MASK, return_attention_scores=True)
+    np.testing.assert_allclose(blocked[MASK > 0], to_numpy(full)[MASK > 0], atol=1e-5)
+    assert tuple(scores.shape) == (3, 2, LENGTH, LENGTH) and to_numpy(scores)[0, 0, 20, 0] == 0
+    # Within the window (9 <= 8 + 1 tokens), a local layer attends as a global one.
+    short, short_mask = x[:, :9], MASK[:, :9]
     fused = to_numpy(layer(short, padding_mask=short_mask))
     written_out, _ = layer(short, padding_mask=short_mask, return_attention_scores=True)
     np.testing.assert_allclose(fused, to_numpy(written_out), atol=1e-5)
@@ -74,7 +80,7 @@ def test_blocks_and_the_full_mask_give_the_same_block_output():
 
 def test_a_layer_rebuilt_from_its_config_computes_the_same_and_weights_are_named():
     layer = built_encoder(attention_norm=False, feedforward_bias=True, norm_bias=True, rotary_theta=160_000.0)
-    x = RNG.normal(size=(2, 13, 16)).astype("float32")
+    x = hidden_states()
     for copy in rebuilt_from_config(layer):
         copy(x)
         copy.set_weights(layer.get_weights())
@@ -91,8 +97,7 @@ def test_local_attention_must_be_an_even_window():
 
 def test_blocks_and_the_full_mask_give_the_same_weight_gradients(monkeypatch):
     layer = built_encoder()
-    x = keras.ops.convert_to_tensor(RNG.normal(size=(2, 13, 16)).astype("float32"))  # 13 > 3 * 4: in blocks
-    mask = keras.ops.convert_to_tensor((np.arange(13)[None] < np.array([[13], [7]])).astype("int32"))
+    x, mask = keras.ops.convert_to_tensor(hidden_states()), keras.ops.convert_to_tensor(MASK)
     results = []
     for in_blocks in (True, False):
         monkeypatch.setattr(RotaryEncoder, "_in_blocks", staticmethod(lambda length, half, b=in_blocks: b))
