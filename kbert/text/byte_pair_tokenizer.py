@@ -30,7 +30,7 @@ from kbert.text._tf_text import tf_text
 from kbert.text.packing import PAIR_LAYOUTS, SECOND_SEGMENT_IDS
 from kbert.text.pre_tokenization import any_of_pattern
 from kbert.text.ragged import position_in_row, repeat, row_ids
-from kbert.text.tokenizer_base import ROLES as _ROLES, Tokenizer
+from kbert.text.tokenizer_base import ROLES as _ROLES, Tokenizer, as_valid_utf8
 from kbert.tf_if_present import tf
 
 CLS, PAD, SEP, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
@@ -457,9 +457,10 @@ class BytePairTokenizer(Tokenizer):
             composed of several ("e" and U+0301: its span is all of them,
             Hugging Face's the first) and, with `add_prefix_space`, a piece
             of only the added space after a special token (here empty where
-            it was added).
+            it was added). (In a text that is not UTF-8, bytes of the text
+            as read: `kbert.text.tokenizer_base.as_valid_utf8`.)
         """
-        return self._tokenization.tokenize_with_byte_spans(tf.convert_to_tensor(texts, tf.string))
+        return self._tokenization.tokenize_with_byte_spans(as_valid_utf8(tf.convert_to_tensor(texts, tf.string)))
 
     def _join_tokens(self, tokens):
         """The bytes the tokens stand for, as Hugging Face's `decode` gives

@@ -31,7 +31,7 @@ from kbert.text._tf_text import tf_text
 from kbert.text.packing import PAIR_LAYOUTS, SECOND_SEGMENT_IDS
 from kbert.text.pre_tokenization import any_of_pattern
 from kbert.text.ragged import merge_rows, position_in_row, repeat, row_ids
-from kbert.text.tokenizer_base import ROLES, Tokenizer
+from kbert.text.tokenizer_base import ROLES, Tokenizer, as_valid_utf8
 from kbert.tf_if_present import tf
 
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "<s>", "</s>", "<mask>"
@@ -454,8 +454,11 @@ class SentencePieceTokenizer(Tokenizer):
             int32, starts and ends int64 byte offsets into the UTF-8 text:
             Hugging Face's `offset_mapping` in bytes (a piece that is only
             the word-start "▁" spans the word's first character, as there).
+            (In a text that is not UTF-8, bytes of the text as read:
+            `kbert.text.tokenizer_base.as_valid_utf8`.)
         """
-        ids, starts, ends = self._tokenization.tokenize_with_offsets(tf.convert_to_tensor(texts, tf.string))
+        texts = as_valid_utf8(tf.convert_to_tensor(texts, tf.string))
+        ids, starts, ends = self._tokenization.tokenize_with_offsets(texts)
         return ids, tf.cast(starts, tf.int64), tf.cast(ends, tf.int64)
 
     def _join_tokens(self, tokens):

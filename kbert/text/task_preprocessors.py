@@ -17,6 +17,7 @@ from kbert.text import classifier_labels, pipeline
 from kbert.text import question_answering as qa
 from kbert.text import token_classification as tc
 from kbert.text.preprocessor import BertPreprocessor, serving_text
+from kbert.text.tokenizer_base import as_valid_utf8
 from kbert.tf_if_present import tf
 
 
@@ -82,7 +83,7 @@ class TokenClassifierPreprocessor(BertPreprocessor):
         tensor, tokenized whole as `answering` tokenizes them
         (`tc.pack_text`)."""
         if all(isinstance(sentence, (str, bytes)) for sentence in x):
-            texts = tc.valid_utf8(tf.constant(list(x)))  # bytes may be any
+            texts = as_valid_utf8(tf.constant(list(x)))  # bytes may be any
             if y is None and sample_weight is None:
                 return (texts,)
             words = tc.text_words(self, texts)[0]
@@ -146,7 +147,7 @@ class TokenClassifierPreprocessor(BertPreprocessor):
         names = classifier_labels.class_names(head)
 
         def preprocess(text):
-            text = tc.valid_utf8(text)  # a request may carry any bytes
+            text = as_valid_utf8(text)  # a request may carry any bytes
             features, first_pieces, words, starts, ends = tc.pack_text(preprocessor, text)
             return features, (text, words, starts, ends, first_pieces)
 

@@ -39,18 +39,9 @@ def pack_words(preprocessor, words):
     return features, tf.RaggedTensor.from_row_splits(first_pieces, pieces.row_splits, validate=False)
 
 
-def valid_utf8(texts):
-    """`texts` with each byte sequence that is not UTF-8 replaced by U+FFFD,
-    as Python's `bytes.decode("utf-8", "replace")` replaces it (valid text
-    is left as it is). The words and entities given back are then text a
-    client can decode, and the same as the Python answers on the decoded
-    string: a served request may carry any bytes, Python's str cannot."""
-    return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
-
-
 def text_words(preprocessor, texts):
     """Each text's words where BERT's pre-tokenizer splits it, with their
-    byte spans in `texts` (UTF-8: Python's strings, or `valid_utf8` of a
+    byte spans in `texts` (UTF-8: Python's strings, or `as_valid_utf8` of a
     request): `(words, starts, ends)`, ragged `[texts, (words)]`. Text past
     what a sequence holds is cut first (`cut_after_words`), so a text of
     200,000 characters costs what a sequence costs."""
@@ -74,7 +65,7 @@ def pack_text(preprocessor, texts):
 
     Args:
         preprocessor: a `kbert.BertPreprocessor` (its tokenizer and packer).
-        texts: a 1-D string tensor of UTF-8 text (`valid_utf8`).
+        texts: a 1-D string tensor of UTF-8 text (`kbert.text.tokenizer_base.as_valid_utf8`).
 
     Returns:
         `(features, first_pieces, words, starts, ends)`: the model inputs,

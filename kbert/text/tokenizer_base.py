@@ -17,6 +17,22 @@ _SHARED = weakref.WeakValueDictionary()
 # attribute of `Tokenizer` that names each (for tokenizers whose files name
 # them: `BytePairTokenizer`, `SentencePieceTokenizer`).
 ROLES = {"cls_token": "CLS", "sep_token": "SEP", "pad_token": "PAD", "unk_token": "UNK", "mask_token": "MASK"}
+# Text that is UTF-8 as Python decodes it: any code point but the
+# surrogates. (RE2's `.` also takes the bytes of a surrogate, of an overlong
+# form and of code points past U+10FFFF, which Python does not decode.)
+VALID_UTF8 = r"[\x00-\x{D7FF}\x{E000}-\x{10FFFF}]*"
+
+
+def as_valid_utf8(texts):
+    """A 1-D string tensor with each text that is not UTF-8 read as Python's
+    `bytes.decode("utf-8", errors="replace")` reads it: each invalid byte
+    sequence one U+FFFD (valid text is left as it is, at the cost of one
+    regex pass). Every kbert tokenizer reads its input so, and so gives
+    transformers' ids of the decoded text: a served request may carry any
+    bytes, a Python str cannot."""
+    return tf.cond(tf.reduce_all(tf.strings.regex_full_match(texts, VALID_UTF8)), lambda: texts,
+                   lambda: tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
+                                                        replacement_char=0xFFFD))
 
 
 class Vocabulary:
@@ -78,18 +94,20 @@ class Tokenizer(tf.Module):
 
         Args:
             texts: a str, a list of str, or a string tensor (dense of any
-                rank, or ragged).
+                rank, or ragged). Bytes that are not UTF-8 are read as
+                U+FFFD, as Python's `bytes.decode(errors="replace")` reads
+                them (`as_valid_utf8`).
 
         Returns:
             int32 ids: a 1-D tensor for a single string; otherwise a
             `tf.RaggedTensor` with one more (ragged) dimension than `texts`.
         """
         if isinstance(texts, tf.RaggedTensor):
-            return texts.with_flat_values(self._tokenization.tokenize(texts.flat_values))
+            return texts.with_flat_values(self._tokenization.tokenize(as_valid_utf8(texts.flat_values)))
         texts = tf.convert_to_tensor(texts, dtype=tf.string)
         if texts.shape.rank == 1:
-            return self._tokenization.tokenize(texts)
-        ids = self._tokenization.tokenize(tf.reshape(texts, [-1]))
+            return self._tokenization.tokenize(as_valid_utf8(texts))
+        ids = self._tokenization.tokenize(as_valid_utf8(tf.reshape(texts, [-1])))
         if texts.shape.rank == 0:
             return ids.values
         for size in reversed(texts.shape[1:]):

@@ -14,6 +14,7 @@ from tokenizers import ByteLevelBPETokenizer
 
 from kbert.text import BytePairTokenizer
 from kbert.text.byte_pair import bytes_to_unicode
+from tests.text.test_tokenizer_base import BROKEN_UTF8, as_python_reads
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 CHAR_BYTES = {c: b for b, c in bytes_to_unicode().items()}
@@ -98,6 +99,14 @@ def test_ids_equal_hugging_face_where_many_merges_meet_in_long_words(tmp_path):
 
 def test_ids_equal_hugging_face_on_edge_cases(tokenizer, hf):
     assert tokenizer(EDGE_TEXTS).to_list() == hf_ids(hf, EDGE_TEXTS)
+
+
+def test_bytes_that_are_not_utf8_give_transformers_ids_of_the_text_python_decodes(tokenizer, hf):
+    # (Not the raw bytes' own byte tokens: one rule for every tokenizer.)
+    decoded = as_python_reads(BROKEN_UTF8)
+    assert tokenizer(tf.constant(BROKEN_UTF8)).to_list() == hf_ids(hf, decoded)
+    spans = [t.to_list() for t in tokenizer.tokenize_with_byte_spans(tf.constant(BROKEN_UTF8))]
+    assert spans == [t.to_list() for t in tokenizer.tokenize_with_byte_spans(decoded)]
 
 
 def test_mask_takes_the_whitespace_before_it(tokenizer, hf):

@@ -6,6 +6,7 @@ vocabulary as their `<0xNN>` bytes, pairs, offsets and saved files."""
 import gzip
 import json
 import random
+import time
 
 import pytest
 import sentencepiece
@@ -17,6 +18,7 @@ from kbert.presets.tokenizer_files import tokenizer_class_name
 from kbert.text import BertPreprocessor, SentencePieceTokenizer
 from tests.text.test_sentencepiece_tokenizer import EDGE_TEXTS, hf_ids, read_corpus, read_tsv_column
 from tests.text.test_tokenizer import DATA, HARD_TEXTS
+from tests.text.test_tokenizer_base import BROKEN_UTF8, as_python_reads
 
 # Characters the vocabulary lacks (emoji, rare scripts, most Chinese), which fall back to bytes.
 BYTE_TEXTS = ["emoji 😀👍🏽 👨‍👩‍👧‍👦 ok", "rare 𝔘𝔫𝔦 ꙮ ᚠᚢᚦ ⅷ", "北京欢迎你", "tab\there\nnew line\r\n",
@@ -167,3 +169,21 @@ def test_merges_that_sentencepiece_would_run_otherwise_are_refused(json_folder, 
     (tmp_path / "tokenizer.json").write_text(json.dumps(config, ensure_ascii=False))
     with pytest.raises(ValueError, match="do not list every split of a piece"):
         SentencePieceTokenizer.from_preset(tmp_path)
+
+
+def test_bytes_that_are_not_utf8_give_transformers_ids_of_the_text_python_decodes(tokenizer, auto):
+    decoded = as_python_reads(BROKEN_UTF8)
+    assert tokenizer(tf.constant(BROKEN_UTF8)).to_list() == hf_ids(auto, decoded)
+    spans = [t.to_list() for t in tokenizer.tokenize_with_byte_spans(tf.constant(BROKEN_UTF8))]
+    assert spans == [t.to_list() for t in tokenizer.tokenize_with_byte_spans(decoded)]
+
+
+@pytest.mark.parametrize("text", ["Emma Woodhouse, handsome, clever, and rich. " * 4545, "北京欢迎你" * 40_000],
+                         ids=["sentences", "bytes"])
+def test_a_200000_character_text_finishes_quickly_with_hugging_faces_ids(tokenizer, auto, text):
+    # The BPE runs on the whole text, as tokenizers runs it (SentencePiece's merges: n log n).
+    tokenizer("warm up")
+    start = time.perf_counter()
+    ids = tokenizer(text).numpy().tolist()
+    assert time.perf_counter() - start < 3
+    assert ids == hf_ids(auto, text)

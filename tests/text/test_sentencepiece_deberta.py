@@ -16,6 +16,7 @@ from kbert.presets.tokenizer_files import tokenizer_class_name
 from kbert.text import BertPreprocessor, SentencePieceTokenizer
 from tests.text.test_sentencepiece_tokenizer import EDGE_TEXTS, hf_ids, read_corpus, read_tsv_column
 from tests.text.test_tokenizer import DATA, HARD_TEXTS
+from tests.text.test_tokenizer_base import BROKEN_UTF8, as_python_reads
 
 DEBERTA_EDGE_TEXTS = [
     "  leading and trailing  ", "runs   of\t\tspaces\n\nand lines", "x\u3000y\u2028z\x85w\u200bv",
@@ -158,3 +159,10 @@ def test_lowercasing_and_punctuation_splits_are_refused(spm_folder, tmp_path):
                                                                      setting: True}))
         with pytest.raises(ValueError, match=f"sets {setting}=True"):
             SentencePieceTokenizer.from_preset(tmp_path)
+
+
+def test_bytes_that_are_not_utf8_give_transformers_ids_of_the_text_python_decodes(tokenizer, auto):
+    decoded = as_python_reads(BROKEN_UTF8)
+    assert tokenizer(tf.constant(BROKEN_UTF8)).to_list() == hf_ids(auto, decoded)
+    spans = [t.to_list() for t in tokenizer.tokenize_with_byte_spans(tf.constant(BROKEN_UTF8))]
+    assert spans == [t.to_list() for t in tokenizer.tokenize_with_byte_spans(decoded)]

