@@ -148,7 +148,7 @@ def runnable_model_proto(pieces, unk_id, special_tokens, precompiled_charsmap, m
     control pieces, which SentencePiece never makes from text. With
     `merges`, a BPE: pieces scored by their merges' ranks (`bpe_scores`),
     those that no merge makes of two pieces control pieces too, and the
-    byte pieces byte pieces."""
+    byte pieces byte pieces (those the vocabulary lacks added after it)."""
     scores = None if merges is None else bpe_scores(pieces, merges)
     ids, types, once = {}, [], []
     for i, (piece, score) in enumerate(pieces):
@@ -165,6 +165,15 @@ def runnable_model_proto(pieces, unk_id, special_tokens, precompiled_charsmap, m
         ids.setdefault(piece, i)
         types.append(kind)
         once.append((piece, score))
+    if merges is not None:
+        # SentencePiece falls back only where all 256 byte pieces are there:
+        # those a vocabulary lacks (Gemma's converter made <0x09> a "\t" that
+        # the vocabulary holds) come after its pieces, never made from text.
+        for piece in BYTE_PIECES:
+            if piece not in ids:
+                ids[piece] = len(once)
+                types.append(BYTE)
+                once.append((piece, 0.0))
     model_type = UNIGRAM if merges is None else BPE
     return model_proto(once, types, base64.b64decode(precompiled_charsmap), model_type=model_type), ids, types
 
@@ -401,7 +410,8 @@ def _read_tokenizer_json(config, path, tokenizer_config, folder):
         settings = _read_bpe(model, normalizers, pre_tokenizers, added, path)
     else:
         settings = _read_unigram(model, normalizers, pre_tokenizers, added, path)
-    special_tokens = [token["content"] for token in added if token.get("special")]
+    # Every added token is split off the text as written (Gemma's <start_of_turn> ..., special or not).
+    special_tokens = [token["content"] for token in added]
     special_tokens_map, (pair_layout, second_segment_id), _ = byte_pair_files.post_processing(
         config.get("post_processor") or {}, path, tokenizer_config, folder, special_tokens)
     return {

@@ -24,7 +24,7 @@ import uuid
 from kbert.backend import keras_private
 from kbert.presets.files import get_preset_dir
 from kbert.text import sentencepiece_model
-from kbert.text.sentencepiece_model import (BYTE, BYTE_PIECES, WHITE_SPACE, WORD_START,
+from kbert.text.sentencepiece_model import (BYTE, WHITE_SPACE, WORD_START,
                                             character_class, text_patterns)
 from kbert.text import byte_pair
 from kbert.text._tf_text import tf_text
@@ -82,6 +82,7 @@ class _Tokenization:
             pieces, unk_id, special_tokens, precompiled_charsmap, merges
         )
         self.bpe = merges is not None
+        self.unk_id = unk_id
         self.merges = merges
         self.whitespace_split = whitespace_split
         # Each id's piece: whether it is a byte piece (BPE), or the lone word start "▁".
@@ -176,8 +177,9 @@ class _Tokenization:
 
     def _run_bpe(self, texts, with_offsets):
         if not with_offsets:
-            return (self.model.tokenize(texts),)
+            return (self._in_vocabulary(self.model.tokenize(texts)),)
         ids, starts, ends = self.model.tokenize_with_offsets(texts)
+        ids = self._in_vocabulary(ids)
         # SentencePiece gives a character's bytes (its fallback) the span of
         # the whole character on its last byte and none on the others;
         # `tokenizers` the whole character's on each. (Starts only grow in a row.)
@@ -189,6 +191,12 @@ class _Tokenization:
         group_end = tf.gather(tf.math.segment_max(flat_ends, group), group)
         flat_ends = tf.where(tf.gather(self.is_byte, ids.flat_values), group_end, flat_ends)
         return ids, starts.with_flat_values(flat_starts), ends.with_flat_values(flat_ends)
+
+    def _in_vocabulary(self, ids):
+        """A byte piece past the vocabulary (which `tokenizers` would not
+        fall back to) as the unknown piece."""
+        size = len(self.vocabulary.tokens)
+        return ids.with_flat_values(tf.where(ids.flat_values < size, ids.flat_values, self.unk_id))
 
     def _words(self, texts):
         """The words of `texts` as written (`tokenizers`' WhitespaceSplit),
@@ -370,11 +378,6 @@ class SentencePieceTokenizer(Tokenizer):
             raise ValueError(f'Unknown pair_layout "{pair_layout}". Use one of: {", ".join(PAIR_LAYOUTS)}.')
         if merges is not None:
             merges = tuple(tuple(merge.split(" ") if isinstance(merge, str) else merge) for merge in merges)
-            lacking = [b for b in BYTE_PIECES if b not in tokens]
-            if lacking:
-                raise ValueError(f"The BPE vocabulary lacks the byte pieces {', '.join(lacking[:5])}; "
-                                 "SentencePieceTokenizer runs BPE with byte fallback, whose vocabulary holds "
-                                 "all 256, <0x00> to <0xFF>.")
         self._unk_id = unk_id
         self.precompiled_charsmap = precompiled_charsmap
         self.lstrip_tokens = tuple(lstrip_tokens)

@@ -118,6 +118,19 @@ def test_the_tokenizer_model_reads_as_its_tokenizer_json(model_folder, corpus):
     assert from_model(texts).to_list() == hf_ids(AutoTokenizer.from_pretrained(model_folder), texts)
 
 
+def test_a_vocabulary_whose_tab_took_the_place_of_its_byte_piece_reads(json_folder, tmp_path):
+    # Gemma's converter put "\t" in <0x09>'s place where a model lacked it;
+    # SentencePiece needs all 256 byte pieces: the missing one follows the vocabulary, unused.
+    config = json.loads((json_folder / "tokenizer.json").read_text())
+    config["model"]["vocab"]["\t"] = config["model"]["vocab"].pop("<0x09>")
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config, ensure_ascii=False))
+    (tmp_path / "tokenizer_config.json").write_text((json_folder / "tokenizer_config.json").read_text())
+    texts = ["tab\there \t\t x\t", *BYTE_TEXTS]
+    tokenizer = SentencePieceTokenizer.from_preset(tmp_path)
+    assert tokenizer(texts).to_list() == hf_ids(AutoTokenizer.from_pretrained(tmp_path), texts)
+    assert tokenizer.vocabulary_size == len(config["model"]["vocab"]) and "<0x09>" not in tokenizer.vocabulary
+
+
 def test_preprocessor_packs_singles_and_pairs_as_auto_tokenizer_in_tf_data(tokenizer, auto, corpus):
     preprocessor = BertPreprocessor(tokenizer, sequence_length=LENGTH)
     chinese = read_tsv_column(DATA / "stsb_zh" / "test.tsv", 0)[:100]
