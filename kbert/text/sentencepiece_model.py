@@ -296,6 +296,8 @@ class VocabularyLayout(typing.NamedTuple):
     pair_layout: str
     second_segment_id: int
     whitespace_split: bool = True
+    # The tokens cut out of the text as written; None: the roles' tokens and the model's control pieces.
+    special_tokens: tuple = None
 
 
 _XLM_R_ROLES = {"cls_token": "<s>", "sep_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>",
@@ -307,8 +309,10 @@ _GEMMA_ROLES = {"cls_token": "<bos>", "sep_token": "<eos>", "pad_token": "<pad>"
 # The layouts by name. Which tokenizer uses which is a family fact
 # (`Family.sentencepiece_vocabularies`, by transformers' tokenizer class).
 VOCABULARY_LAYOUTS = {
-    "fairseq": VocabularyLayout(fairseq_pieces, _XLM_R_ROLES, "two_separators", 0),
-    "fairseq_unused_unk": VocabularyLayout(fairseq_unused_unk_pieces, _XLM_R_ROLES, "two_separators", 0),
+    "fairseq": VocabularyLayout(fairseq_pieces, _XLM_R_ROLES, "two_separators", 0,
+                                special_tokens=(*FAIRSEQ_SPECIALS, MASK)),
+    "fairseq_unused_unk": VocabularyLayout(fairseq_unused_unk_pieces, _XLM_R_ROLES, "two_separators", 0,
+                                           special_tokens=("<pad>", "<unk>", "<s>", "</s>", MASK)),
     # DeBERTa-v3: [CLS] A [SEP] B [SEP], B in segment 1; Metaspace splits its words.
     "mask_last": VocabularyLayout(mask_last_pieces, _BERT_ROLES, "one_separator", 1, whitespace_split=False),
     # Gemma's BPE packed as mmBERT (ModernBERT) packs it: <bos> A <eos> B <eos>, one segment.
@@ -354,18 +358,19 @@ def read_model(folder):
         named, default=SENTENCEPIECE_FILES[os.path.basename(sp_path)])]
     pieces = layout.pieces(sp_pieces)
     tokens = [piece for piece, _ in pieces]
-    roles = {role: token for role, token in layout.special_tokens_map.items() if token in tokens}
-    # The model's control pieces are special tokens too, as transformers reads them.
-    control = [piece for (piece, _), kind in zip(sp_pieces, types) if kind == CONTROL and piece in tokens]
-    special_tokens = [t for t in tokens if t in set(roles.values()) | set(control)]
-    if layout.pieces is fairseq_pieces or layout.pieces is fairseq_unused_unk_pieces:
-        special_tokens = [*FAIRSEQ_SPECIALS, MASK] if layout.pieces is fairseq_pieces else [
-            "<pad>", "<unk>", "<s>", "</s>", MASK]
+    unk = layout.special_tokens_map["unk_token"]
+    if unk not in tokens:
+        raise ValueError(f"{sp_path} has no {unk} piece, the unknown piece of its vocabulary layout. {_REPLACE}")
+    special_tokens = layout.special_tokens
+    if special_tokens is None:  # the roles' tokens and the model's control pieces, as transformers reads them
+        control = {piece for (piece, _), kind in zip(sp_pieces, types) if kind == CONTROL}
+        special_tokens = list(dict.fromkeys(
+            t for t in tokens if t in control or t in layout.special_tokens_map.values()))
     added = (tokenizer_config.get("added_tokens_decoder") or {}).values()
     return {
         "pieces": pieces,
-        "unk_id": tokens.index(roles.get("unk_token", tokens[types.index(UNKNOWN)] if UNKNOWN in types else "")),
-        "special_tokens": special_tokens,
+        "unk_id": tokens.index(unk),
+        "special_tokens": list(special_tokens),
         "precompiled_charsmap": base64.b64encode(charsmap).decode("ascii"),
         "lstrip_tokens": [token["content"] for token in added if token.get("lstrip")],
         "add_prefix_space": add_dummy_prefix,
