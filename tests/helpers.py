@@ -88,3 +88,21 @@ def output_and_weight_gradients(fn, variables):
         out = fn()
         grads = torch.autograd.grad(project(out), [v.value for v in variables])
     return to_numpy(ops.cast(out, "float32")), [to_numpy(ops.cast(g, "float32")) for g in grads]
+
+
+# The pass that runs a test once where the backend cannot change its answer
+# (the lightest of `make test`'s three: the text tests run there too).
+ONCE_IN = "torch"
+
+
+def once_unless(values, every_backend):
+    """`parametrize` values: those in `every_backend` run in every backend's
+    pass, the others in the torch pass alone (what they add to the ones that
+    run everywhere is the same code on any backend: weight names, a head's
+    wiring, a task's saved config)."""
+    import pytest
+
+    skip = pytest.mark.skipif(keras.backend.backend() != ONCE_IN,
+                              reason=f"runs once, in the {ONCE_IN} pass: the others run "
+                                     f"{', '.join(map(str, every_backend))} on their backend")
+    return [value if value in every_backend else pytest.param(value, marks=skip) for value in values]
