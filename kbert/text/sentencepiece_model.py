@@ -442,10 +442,11 @@ def _read_unigram(model, normalizers, pre_tokenizers, added, path):
         elif pre_tokenizer.get("type") not in ("WhitespaceSplit", "Metaspace"):
             raise ValueError(f"{path} pre-tokenizes with {pre_tokenizer.get('type')} (split_by_punct?); "
                              "SentencePieceTokenizer reproduces WhitespaceSplit and Metaspace.")
-    if prepend_scheme == "never":
+    if prepend_scheme != "always":
         raise ValueError(
-            f"{path} adds no prefix space (Metaspace prepend_scheme='never'), which SentencePiece "
-            "models cannot reproduce; save the tokenizer with add_prefix_space=True."
+            f"{path} adds a prefix space not to every text between special tokens (Metaspace "
+            f"prepend_scheme='{prepend_scheme}'), which SentencePieceTokenizer does not reproduce; save the "
+            "tokenizer with add_prefix_space=True."
         )
     vocab = model.get("vocab")
     if not isinstance(vocab, list) or not all(

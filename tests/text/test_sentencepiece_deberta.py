@@ -152,6 +152,15 @@ def test_a_vocabulary_of_mdebertas_size_goes_through_the_same_code(tokenizer, js
     assert big(texts).to_list() == hf_ids(auto, texts)
 
 
+def test_a_prefix_space_on_the_first_text_only_is_refused(json_folder, tmp_path):
+    # (DebertaV2Tokenizer's add_prefix_space=False: Metaspace prepend_scheme="first".)
+    config = json.loads((json_folder / "tokenizer.json").read_text())
+    config["pre_tokenizer"]["pretokenizers"][0]["prepend_scheme"] = "first"
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config, ensure_ascii=False))
+    with pytest.raises(ValueError, match="prepend_scheme='first'.*add_prefix_space=True"):
+        SentencePieceTokenizer.from_preset(tmp_path)
+
+
 def test_lowercasing_and_punctuation_splits_are_refused(spm_folder, tmp_path):
     (tmp_path / "spm.model").write_bytes((spm_folder / "spm.model").read_bytes())
     for setting in ("do_lower_case", "split_by_punct"):
