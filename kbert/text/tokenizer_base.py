@@ -1,6 +1,7 @@
 """What kbert's tokenizers share: the interface that preprocessors, masking,
 offsets and serving use, whatever the algorithm (`BertTokenizer`'s WordPiece,
-`BytePairTokenizer`'s byte-level BPE, `SentencePieceTokenizer`'s unigram)."""
+`BytePairTokenizer`'s byte-level BPE, `SentencePieceTokenizer`'s unigram
+and byte-fallback BPE), and how each reads its input (`as_valid_utf8`)."""
 
 import weakref
 
@@ -56,7 +57,8 @@ class Tokenizer(tf.Module):
     subclass names its special tokens (`PAD`, `UNK`, `CLS`, `SEP`, `MASK`)
     and how pairs are packed (`pair_layout` and `second_segment_id`,
     `kbert.text.packing`), as class
-    attributes or, where its files say (`BytePairTokenizer`), per tokenizer,
+    attributes or, where its files say (`BytePairTokenizer`,
+    `SentencePieceTokenizer`), per tokenizer,
     and says
     how tokens join into text (`_join_tokens`) and which continue a word
     (`_continues_word`)."""
