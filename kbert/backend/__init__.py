@@ -31,6 +31,7 @@ PRIMITIVES = (
     "adamw_step",
     "adam_update",
     "embedding_rows",
+    "take_per_row",
     "rows_once",
     "clip_by_global_norm",
     "gather_replicas",
@@ -178,6 +179,19 @@ def embedding_rows(table, ids):
     do: Grappler's arithmetic optimizer, `ReorderCastLikeAndValuePreserving`,
     rewrites it into a cast of the whole table, then the gather.)"""
     return _current().embedding_rows(table, ids)
+
+
+def take_per_row(x, index):
+    """`x[..., i, index[i, j]]`: from each row `i` of `x` (`[..., rows,
+    width]`), the entries at `index[i]` (`[rows, count]` ints, the same for
+    every leading index), `[..., rows, count]` (DeBERTa's relative-position
+    logits, read from each query's or key's products with the relative
+    table). Default: one `take` through a flat index of `[rows, count]`
+    (TensorFlow's fastest; on JAX as fast as `take_along_axis` forward, and
+    faster backward); PyTorch: `torch.gather` of an expanded view of the
+    index (Keras' `take` there is an `index_select` across the last axis,
+    about 4x slower on a CPU)."""
+    return _current().take_per_row(x, index)
 
 
 def rows_once(gradient):

@@ -89,6 +89,13 @@ def embedding_rows(table, ids):
     return ops.take(table, ids, axis=0)
 
 
+def take_per_row(x, index):
+    shape = ops.shape(x)
+    rows, width = shape[-2], shape[-1]
+    flat = ops.reshape(x, (*shape[:-2], -1))
+    return ops.take(flat, ops.arange(rows, dtype="int32")[:, None] * width + ops.cast(index, "int32"), axis=-1)
+
+
 def rows_once(gradient):
     return gradient  # dense gradients: nothing repeats
 

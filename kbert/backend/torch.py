@@ -126,3 +126,8 @@ def adamw_step(variables, grads, momentums, velocities, step, learning_rate, bet
             amsgrad=False,
             maximize=False,
         )
+
+
+def take_per_row(x, index):
+    # An expanded view of the index: no [..., rows, count] index is built.
+    return torch.gather(x, -1, index.long().expand(*x.shape[:-2], *index.shape))

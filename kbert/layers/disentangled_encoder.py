@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from kbert import backend
 from kbert.layers.dropout import Dropout
 from kbert.layers.relative_embedding import check_relative_positions, relative_rows
 from kbert.layers.transformer_encoder import TransformerEncoder
@@ -26,8 +27,9 @@ class DisentangledEncoder(TransformerEncoder):
     (transformers' `share_att_key`, DeBERTa-v3's) and `r(i, j)` is the
     table's row for the distance `i - j` (`relative_rows`: log buckets).
     Each position term is gathered from `[batch, heads, length, 2 * span]`
-    products, one gather per term: the logits cost about three of BERT's
-    (`length * 2 * span` products each), with no loop over positions.
+    products, one gather per term (`kbert.backend.take_per_row`): the
+    logits cost about three of BERT's (`length * 2 * span` products each),
+    with no loop over positions.
 
     Args:
         num_heads, intermediate_dim, dropout, activation,
@@ -106,12 +108,14 @@ class DisentangledEncoder(TransformerEncoder):
             # q_i . Kr[r(i, j)]: each query against every row, then its row for each key.
             position_keys = ops.reshape(self._dense(self.key, table), (width, heads, head_dim))
             c2p = ops.einsum("btnh,rnh->bntr", q, position_keys)
-            logits = logits + _gather_rows(c2p, rows, ops.arange(query_length, dtype="int32")[:, None], width)
+            logits = logits + ops.cast(backend.take_per_row(c2p, rows), "float32")
         if "p2c" in self.position_attention:
             # k_j . Qr[r(i, j)]: each key against every row, then its row for each query.
             position_queries = ops.reshape(self._dense(self.query, table), (width, heads, head_dim)) * scale
             p2c = ops.einsum("bsnh,rnh->bnsr", k, position_queries)
-            logits = logits + _gather_rows(p2c, rows, ops.arange(length, dtype="int32")[None, :], width)
+            # (Gathered per key, [.., key, query], as transformers does, then turned.)
+            p2c = backend.take_per_row(p2c, ops.transpose(rows))
+            logits = logits + ops.cast(ops.swapaxes(p2c, -1, -2), "float32")
 
         mask = None
         if sequence_ids is not None:
@@ -136,13 +140,3 @@ class DisentangledEncoder(TransformerEncoder):
         })
         return config
 
-
-def _gather_rows(products, rows, owner, width):
-    """`products[b, n, owner[i, j], rows[i, j]]` as `[batch, heads, query_length,
-    length]`: each (query, key) pair's relative row of the query's (c2p) or
-    the key's (p2c) products with the table, `[batch, heads, positions,
-    width]`, gathered through one flat index of `[query_length, length]`
-    (no index of the logits' size)."""
-    shape = ops.shape(products)
-    flat = ops.reshape(products, (shape[0], shape[1], -1))
-    return ops.cast(ops.take(flat, owner * width + rows, axis=2), "float32")

@@ -356,3 +356,12 @@ def test_a_traced_step_leaves_tensorflows_gradient_registry_as_it_found_it():
     assert set(keras_private.gradient_registry()) == before
     for a, b in zip(cached, plain):
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows, count", [(7, 7), (1, 7), (7, 1)])
+def test_take_per_row_reads_each_rows_own_entries(rows, count):
+    x = tensor((2, 3, rows, 10), 6)
+    index = np.random.default_rng(7).integers(0, 10, size=(rows, count)).astype("int32")
+    expected = np.take_along_axis(to_numpy(x), np.broadcast_to(index, (2, 3, rows, count)), axis=-1)
+    for take in (backend.take_per_row, default.take_per_row):
+        np.testing.assert_array_equal(to_numpy(take(x, ops.convert_to_tensor(index))), expected)
