@@ -12,7 +12,10 @@ config, built as kbert's `ModernBertBackbone` (not `BertBackbone`).
 - Every task head reads its features through `head` (dense -> activation
   -> LayerNorm) before its output layer, `classifier`; the masked-LM
   decoder is the token embedding (tied), with `decoder.bias`.
-- The tokenizer is a byte-level BPE (`tokenizer.json`).
+- The tokenizer is a byte-level BPE (`tokenizer.json`: ModernBERT, Ettin), or
+  Gemma's SentencePiece BPE with byte fallback (mmBERT: `tokenizer.json`,
+  whose BPE model says `byte_fallback`, or `tokenizer.model`), which the
+  files tell apart (`kbert.presets.tokenizer_files`).
 """
 
 from kbert.families import bert
@@ -153,5 +156,7 @@ FAMILY = Family(
     question_answerer_output="classifier",
     token_types=False,
     tokenizers={"modernbert": "BytePairTokenizer"},
-    tokenizer_files={"modernbert": (("tokenizer.json",),)},
+    tokenizer_files={"modernbert": (("tokenizer.json",), ("tokenizer.model",))},
+    tokenizer_classes={"Gemma": "SentencePieceTokenizer"},
+    sentencepiece_vocabularies={"Gemma": "same_ids"},
 )
