@@ -250,3 +250,51 @@ def test_raw_text_gives_transformers_logits_and_fill_mask_guesses(tmp_path):
     top = torch.softmax(logits, -1).topk(3)
     assert [g.token_id for g in guesses] == top.indices.tolist()
     np.testing.assert_allclose([g.probability for g in guesses], top.values.numpy(), atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: the model on ids is "
+                    "checked on every backend above; this adds the tokenizer, which is TensorFlow's on all")
+def test_an_mmbert_style_model_reads_raw_text_through_gemmas_byte_fallback_bpe(tmp_path):
+    import gzip
+    import random
+    from pathlib import Path
+
+    import sentencepiece
+
+    # mmBERT: ModernBERT's layers, Gemma's SentencePiece BPE with byte
+    # fallback, tokenizer.json alone, specials from its post-processor.
+    data = Path(__file__).resolve().parents[2] / "examples" / "data"
+    with gzip.open(data / "austen.txt.gz", "rt", encoding="utf-8") as f:
+        lines = random.Random(0).sample([line.strip() for line in f if line.strip()], 2000)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(tmp_path / "tokenizer"), vocab_size=600, model_type="bpe",
+        character_coverage=0.99, num_threads=1, byte_fallback=True, pad_id=0, eos_id=1, bos_id=2, unk_id=3,
+        pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>", control_symbols=["<mask>"],
+        add_dummy_prefix=False, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True, split_digits=True)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GemmaTokenizer"}))
+    folder = tmp_path / "mmbert"
+    transformers.AutoTokenizer.from_pretrained(tmp_path).save_pretrained(folder)
+    config = json.loads((folder / "tokenizer.json").read_text())
+    first = [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+             {"SpecialToken": {"id": "<eos>", "type_id": 0}}]
+    config["post_processor"] = {
+        "type": "TemplateProcessing", "single": first,
+        "pair": first + [{"Sequence": {"id": "B", "type_id": 0}}, {"SpecialToken": {"id": "<eos>", "type_id": 0}}],
+        "special_tokens": {t: {"id": t, "ids": [i], "tokens": [t]} for t, i in (("<bos>", 2), ("<eos>", 1))}}
+    (folder / "tokenizer.json").write_text(json.dumps(config, ensure_ascii=False))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "cls_token": "<bos>", "sep_token": "<eos>",
+        "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>"}))
+    auto = transformers.AutoTokenizer.from_pretrained(folder)
+    hf_model = save_checkpoint(folder, "ForSequenceClassification", vocab_size=len(auto), pad_token_id=0,
+                               cls_token_id=2, sep_token_id=1, bos_token_id=2, eos_token_id=1)
+    texts = ["It is a truth universally acknowledged", "Straße, café 北京 😀 ✓", "no"]
+    pairs = (texts, texts[::-1])
+    classifier = kbert.TextClassifier.from_preset(str(folder), sequence_length=64)
+    assert type(classifier.preprocessor.tokenizer).__name__ == "SentencePieceTokenizer"
+    with torch.no_grad():
+        single = hf_model(**auto(texts, padding=True, return_tensors="pt")).logits.numpy()
+        pair = hf_model(**auto(*pairs, padding=True, return_tensors="pt")).logits.numpy()
+    np.testing.assert_allclose(classifier.predict(texts, verbose=0), single, atol=1e-4)
+    np.testing.assert_allclose(classifier.predict(pairs, verbose=0), pair, atol=1e-4)
