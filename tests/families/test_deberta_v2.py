@@ -177,3 +177,43 @@ def test_a_deberta_preset_is_not_a_bert_backbone():
         kbert.BertBackbone(**sizes, num_segments=0, family="deberta-v2")
     with pytest.raises(ValueError, match="A 'bert' backbone is a kbert.BertBackbone; DebertaV2Backbone builds"):
         kbert.DebertaV2Backbone(**sizes, family="bert")
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: reading config.json")
+def test_deberta_v3_bases_config_reads_as_its_architecture():
+    from kbert import families
+
+    # microsoft/deberta-v3-base's config.json: pos_att_type as a string, the range left to max_position_embeddings.
+    v3_base = {"model_type": "deberta-v2", "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
+               "hidden_dropout_prob": 0.1, "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
+               "max_position_embeddings": 512, "relative_attention": True, "position_buckets": 256,
+               "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": "p2c|c2p", "layer_norm_eps": 1e-7,
+               "max_relative_positions": -1, "position_biased_input": False, "num_attention_heads": 12,
+               "num_hidden_layers": 12, "type_vocab_size": 0, "vocab_size": 128100}
+    config = families.backbone_config(v3_base)
+    assert config == {"vocabulary_size": 128100, "num_layers": 12, "num_heads": 12, "hidden_dim": 768,
+                      "intermediate_dim": 3072, "dropout": 0.1, "max_sequence_length": 512, "layer_norm_epsilon": 1e-7,
+                      "position_buckets": 256, "max_relative_positions": 512, "position_attention": ["c2p", "p2c"],
+                      "normalize_relative_embeddings": True, "activation": "gelu", "family": "deberta-v2"}
+    written = families.hf_config(config)
+    assert {k: written[k] for k in v3_base if k != "max_relative_positions"} == {
+        **{k: v for k, v in v3_base.items() if k != "max_relative_positions"}, "pos_att_type": ["c2p", "p2c"]}
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: reading weight names")
+def test_tensors_transformers_leaves_unread_are_left_unread(tmp_path):
+    # DeBERTa's own checkpoints may hold a position table (unread where position_biased_input is false, as
+    # transformers ignores it) and the replaced-token detector's mask_predictions; a layer the config lacks is refused.
+    from safetensors.numpy import load_file, save_file
+
+    save_checkpoint(tmp_path, "ForMaskedLM", legacy=False)
+    path = str(tmp_path / "model.safetensors")
+    tensors = load_file(path)
+    extra = {"deberta.embeddings.position_embeddings.weight": np.zeros((512, 32), "float32"),
+             "mask_predictions.dense.weight": np.zeros((32, 32), "float32")}
+    save_file({**tensors, **extra}, path, metadata={"format": "pt"})
+    kbert.MaskedLM.from_preset(str(tmp_path), preprocessor=None)
+    layer = {"deberta.encoder.layer.2.output.dense.weight": np.zeros((32, 64), "float32")}
+    save_file({**tensors, **layer}, path, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"does not account for 1 tensors, e\.g\. deberta\.encoder\.layer\.2\."):
+        kbert.MaskedLM.from_preset(str(tmp_path), preprocessor=None)
