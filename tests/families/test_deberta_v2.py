@@ -217,3 +217,33 @@ def test_tensors_transformers_leaves_unread_are_left_unread(tmp_path):
     save_file({**tensors, **layer}, path, metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"does not account for 1 tensors, e\.g\. deberta\.encoder\.layer\.2\."):
         kbert.MaskedLM.from_preset(str(tmp_path), preprocessor=None)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: raw text end to end")
+def test_a_classifier_on_raw_texts_and_pairs_gives_transformers_logits(tmp_path):
+    # DeBERTa-v3's spm.model ([PAD], [CLS], [SEP], [UNK] first, [MASK] after), read by kbert's SentencePiece tokenizer.
+    import gzip
+    import random
+
+    import sentencepiece
+
+    from tests.text.test_tokenizer import DATA
+
+    with gzip.open(DATA / "austen.txt.gz", "rt", encoding="utf-8") as f:
+        lines = random.Random(0).sample([line.strip() for line in f if line.strip()], 3000)
+    sentencepiece.set_random_generator_seed(0)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(tmp_path / "spm"), vocab_size=1000, model_type="unigram",
+        num_threads=1, pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]", bos_piece="[CLS]",
+        eos_piece="[SEP]", unk_piece="[UNK]",
+    )
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "DebertaV2Tokenizer"}))
+    auto = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    hf_model = save_checkpoint(tmp_path, "ForSequenceClassification", vocab_size=len(auto))
+    model = kbert.TextClassifier.from_preset(str(tmp_path))
+    firsts = ["It is a truth universally acknowledged.", "She was not handsome."]
+    seconds = ["A single man.", "Emma Woodhouse, handsome, clever and rich, with a comfortable home."]
+    for texts in ((firsts,), (firsts, seconds)):
+        with torch.no_grad():
+            expected = hf_model(**auto(*texts, padding=True, return_tensors="pt")).logits.numpy()
+        np.testing.assert_allclose(model.predict(texts if len(texts) == 2 else firsts, verbose=0), expected, atol=1e-4)
