@@ -13,7 +13,7 @@ import torch
 import transformers
 
 import kbert
-from tests.helpers import rebuilt_from_config, to_numpy, transformers_outputs
+from tests.helpers import once_unless, rebuilt_from_config, to_numpy, transformers_outputs
 
 VOCABULARY = 128
 # 8 buckets: distances past +-4 share log buckets up to 16, and 40 tokens read past that.
@@ -79,17 +79,22 @@ def assert_close(got, expected, padding_mask):
     np.testing.assert_allclose(got, expected, atol=1e-4)
 
 
-@pytest.mark.parametrize("task, config", [
+CASES = [
     ("backbone", {}),
     # No buckets: distances clamped at +-16; one position term, pos_att_type in its string form.
     ("backbone", {"position_buckets": -1, "pos_att_type": "c2p"}),
-    ("classifier", {}),
+    ("classifier", {}),  # (its last block runs for the first token alone: attention of one query)
     ("masked_lm", {"legacy": False}),  # lm_predictions.lm_head, as DeBERTa's own checkpoints
     ("masked_lm", {"legacy": True}),  # transformers' default: cls.predictions
     ("token_classifier", {}),
     ("question_answerer", {}),
-])
-def test_every_task_matches_transformers_and_exports_back(tmp_path, task, config):
+]
+
+
+@pytest.mark.parametrize("case", once_unless(CASES, every_backend=CASES[:4]),
+                         ids=[task + "".join(f"-{k}={v}" for k, v in config.items()) for task, config in CASES])
+def test_every_task_matches_transformers_and_exports_back(tmp_path, case):
+    task, config = case
     cls, suffix = TASKS[task]
     hf_model = save_checkpoint(tmp_path / "hf", suffix, **config)
     model = cls.from_preset(str(tmp_path / "hf"), **({} if task == "backbone" else {"preprocessor": None}))
