@@ -39,14 +39,14 @@ def compiled(layer, table, backward):
         import tensorflow as tf
 
         @tf.function(jit_compile=False)
-        def f(x, mask):
+        def step(x, mask):
             if not backward:
                 return tf.reduce_sum(layer(x, padding_mask=mask, **extra))
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(layer(x, padding_mask=mask, training=True, **extra))
             return tape.gradient(loss, layer.trainable_weights)
 
-        return lambda x, mask: [t.numpy() for t in tf.nest.flatten(f(x, mask))]
+        return lambda x, mask: [t.numpy() for t in tf.nest.flatten(step(x, mask))]
     import torch
 
     def run(x, mask):
