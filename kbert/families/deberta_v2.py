@@ -162,4 +162,5 @@ FAMILY = Family(
     tokenizers={"deberta-v2": "SentencePieceTokenizer"},
     tokenizer_files={"deberta-v2": (("tokenizer.json",), ("spm.model",))},
     tokenizer_classes={"DebertaV2": "SentencePieceTokenizer"},
+    sentencepiece_vocabularies={"DebertaV2": "mask_last"},
 )

@@ -93,9 +93,9 @@ PRESETS = {
         "google/electra-base-discriminator", 12, 768, 12, True,
         "ELECTRA-Base discriminator, uncased English (Clark et al. 2020).", pooler=False,
     ),
-    # The ModernBERT lineage (kbert.families.modernbert). Its layers are not
-    # BERT's (GeGLU, no biases, rotary positions): the parameter counts are
-    # transformers' ModernBertModel's of each published config.
+    # The ModernBERT lineage (kbert.families.modernbert) and DeBERTa-v3. Their
+    # layers are not BERT's (GeGLU and rotary positions; relative attention):
+    # the parameter counts are transformers' own model's of each published config.
     **{name: _modern(*row) for name, row in {
         "modernbert_base": ("answerdotai/ModernBERT-base", 22, 768, 12, 149_014_272,
                             "ModernBERT-base, English and code, 8,192 tokens (Warner et al. 2024)."),
@@ -124,6 +124,20 @@ PRESETS = {
                                   "search_query: / search_document: prompts)."),
         "gte_reranker_modernbert_base": ("Alibaba-NLP/gte-reranker-modernbert-base", 22, 768, 12, 149_014_272,
                                          "gte-reranker-modernbert-base: a ModernBERT cross-encoder (rank)."),
+        # DeBERTa-v3 (kbert.families.deberta_v2): transformers' DebertaV2Model's counts.
+        "deberta_v3_xsmall": ("microsoft/deberta-v3-xsmall", 12, 384, 6, 70_682_112,
+                              "DeBERTa-v3-xsmall, English (He et al. 2023)."),
+        "deberta_v3_small": ("microsoft/deberta-v3-small", 6, 768, 12, 141_304_320,
+                             "DeBERTa-v3-small, English (He et al. 2023)."),
+        "deberta_v3_base": ("microsoft/deberta-v3-base", 12, 768, 12, 183_831_552,
+                            "DeBERTa-v3-base, English (He et al. 2023)."),
+        "deberta_v3_large": ("microsoft/deberta-v3-large", 24, 1024, 16, 434_012_160,
+                             "DeBERTa-v3-large, English (He et al. 2023)."),
+        "mdeberta_v3_base": ("microsoft/mdeberta-v3-base", 12, 768, 12, 278_218_752,
+                             "mDeBERTa-v3-base, about 100 languages (He et al. 2023)."),
+        "deberta_v3_base_nli": ("MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli", 12, 768, 12, 183_831_552,
+                                "DeBERTa-v3-base fine-tuned on MNLI, FEVER and ANLI: an NLI cross-encoder "
+                                "(entailment, neutral, contradiction)."),
     }.items()},
 }
 
