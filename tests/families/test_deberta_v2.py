@@ -224,9 +224,10 @@ def test_tensors_transformers_leaves_unread_are_left_unread(tmp_path):
         kbert.MaskedLM.from_preset(str(tmp_path), preprocessor=None)
 
 
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: raw text end to end")
-def test_a_classifier_on_raw_texts_and_pairs_gives_transformers_logits(tmp_path):
-    # DeBERTa-v3's spm.model ([PAD], [CLS], [SEP], [UNK] first, [MASK] after), read by kbert's SentencePiece tokenizer.
+def classifier_with_spm_model(folder):
+    """A tiny DeBERTa-v3 classifier in `folder` with a unigram `spm.model`
+    trained here on Austen: (transformers' model, its AutoTokenizer)."""
+    # DeBERTa-v3's spm.model: [PAD], [CLS], [SEP], [UNK] first, [MASK] after.
     import gzip
     import random
 
@@ -238,13 +239,19 @@ def test_a_classifier_on_raw_texts_and_pairs_gives_transformers_logits(tmp_path)
         lines = random.Random(0).sample([line.strip() for line in f if line.strip()], 3000)
     sentencepiece.set_random_generator_seed(0)
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=str(tmp_path / "spm"), vocab_size=1000, model_type="unigram",
+        sentence_iterator=iter(lines), model_prefix=str(folder / "spm"), vocab_size=1000, model_type="unigram",
         num_threads=1, pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]", bos_piece="[CLS]",
         eos_piece="[SEP]", unk_piece="[UNK]",
     )
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "DebertaV2Tokenizer"}))
-    auto = transformers.AutoTokenizer.from_pretrained(tmp_path)
-    hf_model = save_checkpoint(tmp_path, "ForSequenceClassification", vocab_size=len(auto))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "DebertaV2Tokenizer"}))
+    auto = transformers.AutoTokenizer.from_pretrained(folder)
+    hf_model = save_checkpoint(folder, "ForSequenceClassification", vocab_size=len(auto))
+    return hf_model, auto
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: raw text end to end")
+def test_a_classifier_on_raw_texts_and_pairs_gives_transformers_logits(tmp_path):
+    hf_model, auto = classifier_with_spm_model(tmp_path)
     model = kbert.TextClassifier.from_preset(str(tmp_path))
     firsts = ["It is a truth universally acknowledged.", "She was not handsome."]
     seconds = ["A single man.", "Emma Woodhouse, handsome, clever and rich, with a comfortable home."]

@@ -123,6 +123,26 @@ def test_saved_models_answer_like_predict(xlmr_folder, roberta_folder, tmp_path)
         np.testing.assert_allclose(answers[name]["logits"], model.predict((TEXTS_A, TEXTS_B), verbose=0), atol=1e-4)
 
 
+@once
+def test_saved_models_of_the_newest_families_answer_like_predict(tmp_path):
+    # ModernBERT's lineage with mmBERT's byte-fallback BPE, and DeBERTa-v3
+    # with its spm.model: the served graph holds their tokenizers and layers.
+    from tests.families.test_deberta_v2 import classifier_with_spm_model
+    from tests.families.test_modernbert import mmbert_classifier
+
+    (tmp_path / "deberta").mkdir()
+    classifier_with_spm_model(tmp_path / "deberta")
+    folders = {"mmbert": mmbert_classifier(tmp_path)[0], "deberta": tmp_path / "deberta"}
+    models = {name: kbert.TextClassifier.from_preset(str(folder), sequence_length=LENGTH)
+              for name, folder in folders.items()}
+    texts = ["It is a truth universally acknowledged.", "Straße, café 北京 😀", ""]
+    answers = serve({name: (model.export(str(tmp_path / "served" / name / "1"), pairs=True),
+                            {"text": texts, "text_pair": texts[::-1]}) for name, model in models.items()})
+    for name, model in models.items():
+        np.testing.assert_allclose(answers[name]["logits"], model.predict((texts, texts[::-1]), verbose=0),
+                                   atol=1e-4, err_msg=name)
+
+
 def test_multilingual_e5_layout_embeds_like_sentence_transformers(xlmr_folder, tmp_path):
     # multilingual-e5: an XLM-R backbone, mean pooling, normalized.
     from sentence_transformers import SentenceTransformer, models

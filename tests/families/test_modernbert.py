@@ -252,9 +252,11 @@ def test_raw_text_gives_transformers_logits_and_fill_mask_guesses(tmp_path):
     np.testing.assert_allclose([g.probability for g in guesses], top.values.numpy(), atol=1e-5)
 
 
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: the model on ids is "
-                    "checked on every backend above; this adds the tokenizer, which is TensorFlow's on all")
-def test_an_mmbert_style_model_reads_raw_text_through_gemmas_byte_fallback_bpe(tmp_path):
+def mmbert_classifier(tmp_path):
+    """A tiny ModernBERT classifier in `tmp_path / "mmbert"` with Gemma's
+    byte-fallback BPE trained here, as mmBERT's folder holds it
+    (tokenizer.json alone, specials from its post-processor): (the folder,
+    transformers' model, its AutoTokenizer)."""
     import gzip
     import random
     from pathlib import Path
@@ -289,6 +291,13 @@ def test_an_mmbert_style_model_reads_raw_text_through_gemmas_byte_fallback_bpe(t
     auto = transformers.AutoTokenizer.from_pretrained(folder)
     hf_model = save_checkpoint(folder, "ForSequenceClassification", vocab_size=len(auto), pad_token_id=0,
                                cls_token_id=2, sep_token_id=1, bos_token_id=2, eos_token_id=1)
+    return folder, hf_model, auto
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: the model on ids is "
+                    "checked on every backend above; this adds the tokenizer, which is TensorFlow's on all")
+def test_an_mmbert_style_model_reads_raw_text_through_gemmas_byte_fallback_bpe(tmp_path):
+    folder, hf_model, auto = mmbert_classifier(tmp_path)
     texts = ["It is a truth universally acknowledged", "Straße, café 北京 😀 ✓", "no"]
     pairs = (texts, texts[::-1])
     classifier = kbert.TextClassifier.from_preset(str(folder), sequence_length=64)
