@@ -139,8 +139,11 @@ def test_settings_a_family_cannot_have_are_refused():
     with pytest.raises(ValueError, match="Unknown model family 'gpt2'"):
         kbert.BertBackbone(**sizes, family="gpt2")
     roberta = kbert.BertBackbone(**sizes, family="roberta", position_offset=2)
-    with pytest.raises(ValueError, match="BertPretrainer adds BERT's next-sentence head"):
-        kbert.BertPretrainer(roberta)
+    modernbert = kbert.ModernBertBackbone(**sizes, local_attention=4, global_attention_every=2)
+    deberta = kbert.DebertaV2Backbone(**sizes)
+    for backbone in (roberta, modernbert, deberta):  # pre-trained without next-sentence prediction
+        with pytest.raises(ValueError, match="BertPretrainer adds BERT's next-sentence head.*kbert.BertMaskedLM"):
+            kbert.BertPretrainer(backbone)
 
 
 def test_an_absurd_distilbert_config_is_refused_before_it_is_built(tmp_path):
