@@ -307,3 +307,22 @@ def test_an_mmbert_style_model_reads_raw_text_through_gemmas_byte_fallback_bpe(t
         pair = hf_model(**auto(*pairs, padding=True, return_tensors="pt")).logits.numpy()
     np.testing.assert_allclose(classifier.predict(texts, verbose=0), single, atol=1e-4)
     np.testing.assert_allclose(classifier.predict(pairs, verbose=0), pair, atol=1e-4)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: the model on ids is "
+                    "checked on every backend above; this adds the sentence-transformers folder and tokenizer")
+def test_a_sentence_transformers_folder_embeds_like_sentence_transformers_with_its_prompts(tmp_path):
+    # modernbert-embed's layout: mean pooling, normalized, with query and document prompts.
+    from sentence_transformers import SentenceTransformer, models
+
+    folder = mmbert_classifier(tmp_path)[0]
+    transformer = models.Transformer(str(folder), max_seq_length=64)
+    pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")
+    reference = SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device="cpu",
+                                    prompts={"query": "search_query: ", "document": "search_document: "})
+    reference.save(str(tmp_path / "embedder"))
+    embedder = kbert.TextEmbedder.from_preset(str(tmp_path / "embedder"))
+    texts = ["What is a truth universally acknowledged?", "Straße, café 北京 😀"]
+    for prompt_name in ("query", "document"):
+        np.testing.assert_allclose(embedder.encode(texts, prompt_name=prompt_name),
+                                   reference.encode(texts, prompt_name=prompt_name), atol=1e-4)
