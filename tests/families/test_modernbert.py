@@ -326,3 +326,17 @@ def test_a_sentence_transformers_folder_embeds_like_sentence_transformers_with_i
     for prompt_name in ("query", "document"):
         np.testing.assert_allclose(embedder.encode(texts, prompt_name=prompt_name),
                                    reference.encode(texts, prompt_name=prompt_name), atol=1e-4)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="runs once, in the torch pass: fit on every backend "
+                    "is BERT's masked LM (tests/models), this adds ModernBERT's tokenizer and head")
+def test_masked_lm_pre_training_at_thirty_percent_on_raw_text_lowers_the_loss(tmp_path):
+    # ModernBERT pre-trains with 30% of the tokens masked (Warner et al. 2024, §2.2).
+    folder = mmbert_classifier(tmp_path)[0]
+    keras.utils.set_random_seed(0)
+    model = kbert.MaskedLM.from_preset(str(folder), mask_selection_rate=0.3, sequence_length=32)
+    texts = ["It is a truth universally acknowledged that a single man in possession of a good fortune",
+             "must be in want of a wife", "However little known the feelings or views of such a man may be"] * 4
+    model.compile(learning_rate=3e-3)
+    history = model.fit(texts, epochs=12, batch_size=4, verbose=0)
+    assert history.history["loss"][-1] < 0.8 * history.history["loss"][0]
