@@ -106,3 +106,58 @@ def once_unless(values, every_backend):
                               reason=f"runs once, in the {ONCE_IN} pass: the others run "
                                      f"{', '.join(map(str, every_backend))} on their backend")
     return [value if value in every_backend else pytest.param(value, marks=skip) for value in values]
+
+
+# A family's tiny checkpoints against transformers (tests/families): shared
+# by the ModernBERT and DeBERTa-v3 tests.
+
+
+def nudge_and_save(model, folder):
+    """`model` (transformers', built under a fixed seed by the caller) with
+    its weights nudged, so that unit LayerNorm scales and zero biases test
+    nothing, saved to `folder` as safetensors."""
+    import torch
+
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    model.save_pretrained(folder)
+    return model
+
+
+def padded_ids(vocabulary_size, length=40, batch=3, seed=0):
+    """Right-padded rows of ids from 3 up: the whole length, 60% of it, 3 tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = np.array([length, int(0.6 * length), 3][:batch])
+    padding_mask = (np.arange(length)[None, :] < lengths[:, None]).astype("int32")
+    token_ids = np.where(padding_mask > 0, rng.integers(3, vocabulary_size, size=(batch, length)), 0).astype("int32")
+    return {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids), "padding_mask": padding_mask}
+
+
+def hf_head_outputs(model, inputs):
+    """A transformers model's output on kbert's inputs: hidden states, logits,
+    or start and end logits stacked `[batch, length, 2]`."""
+    out = transformers_outputs(model, {k: inputs[k] for k in ("token_ids", "padding_mask")})
+    if hasattr(out, "start_logits"):
+        return np.stack([out.start_logits.numpy(), out.end_logits.numpy()], axis=-1)
+    return out.last_hidden_state.numpy() if hasattr(out, "last_hidden_state") else out.logits.numpy()
+
+
+def kbert_head_outputs(model, inputs):
+    """kbert's model's output laid out as `hf_head_outputs`'."""
+    import kbert
+
+    if isinstance(model, kbert.MaskedLM):  # kbert's masked LM scores chosen positions: every position here
+        positions = np.tile(np.arange(inputs["token_ids"].shape[1], dtype="int32"), (len(inputs["token_ids"]), 1))
+        return to_numpy(model({**inputs, "mask_positions": positions})["mlm_logits"])
+    out = model(inputs)
+    if isinstance(model, kbert.QuestionAnswerer):
+        return np.stack([to_numpy(out["start_logits"]), to_numpy(out["end_logits"])], axis=-1)
+    return to_numpy(out["sequence_output"] if isinstance(out, dict) else out)
+
+
+def assert_close_on_real_tokens(got, expected, padding_mask):
+    if got.ndim == 3:  # per position: padding positions differ
+        real = padding_mask.astype(bool)
+        got, expected = got[real], expected[real]
+    np.testing.assert_allclose(got, expected, atol=1e-4)

@@ -12,7 +12,7 @@ import torch
 import transformers
 
 import kbert
-from tests.helpers import once_unless, to_numpy, transformers_outputs
+from tests.helpers import nudge_and_save, once_unless, to_numpy, transformers_outputs
 
 VOCABULARY = 90
 # (kbert task, its arguments, transformers class suffix, output of kbert, of transformers)
@@ -42,12 +42,8 @@ def save_checkpoint(folder, family, suffix, **config):
     config_class, sizes = CONFIGS[family]
     hf_config = config_class(**sizes, num_labels=2 if suffix == "ForQuestionAnswering" else 3, **config)
     torch.manual_seed(0)
-    model = getattr(transformers, config_class.__name__.replace("Config", suffix))(hf_config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
-    model.save_pretrained(folder)
-    return model
+    return nudge_and_save(getattr(transformers, config_class.__name__.replace("Config", suffix))(hf_config).eval(),
+                          folder)
 
 
 def random_ids(batch=3, length=11, seed=0):

@@ -14,7 +14,8 @@ import torch
 import transformers
 
 import kbert
-from tests.helpers import rebuilt_from_config, to_numpy, transformers_outputs
+from tests.helpers import (assert_close_on_real_tokens, hf_head_outputs, kbert_head_outputs, nudge_and_save, padded_ids,
+                           rebuilt_from_config, to_numpy, transformers_outputs)
 
 VOCABULARY = 100
 # Three layers, 0 and 2 global, 1 local over +-8 tokens: inputs of 40 tokens
@@ -38,6 +39,10 @@ def tiny_backbone(**settings):
                                     intermediate_dim=48, local_attention=16, global_attention_every=2, **settings)
 
 
+def random_ids(**settings):
+    return padded_ids(VOCABULARY, **settings)
+
+
 def save_checkpoint(folder, suffix, **config):
     """A tiny random ModernBERT of transformers' class `ModernBert{suffix}`,
     weights nudged (so that unit LayerNorm scales and zero biases test
@@ -45,45 +50,15 @@ def save_checkpoint(folder, suffix, **config):
     num_labels = 2 if suffix == "ForQuestionAnswering" else 3
     hf_config = transformers.ModernBertConfig(**{**SIZES, **config}, num_labels=num_labels, attn_implementation="sdpa")
     torch.manual_seed(0)
-    model = getattr(transformers, "ModernBert" + suffix)(hf_config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
-    model.save_pretrained(folder)
-    return model
+    return nudge_and_save(getattr(transformers, "ModernBert" + suffix)(hf_config).eval(), folder)
 
 
-def random_ids(length=40, batch=3, seed=0):
-    """Right-padded rows: the whole length, 60% of it, 3 tokens."""
-    rng = np.random.default_rng(seed)
-    lengths = np.array([length, int(0.6 * length), 3][:batch])
-    padding_mask = (np.arange(length)[None, :] < lengths[:, None]).astype("int32")
-    token_ids = np.where(padding_mask > 0, rng.integers(3, VOCABULARY, size=(batch, length)), 0).astype("int32")
-    return {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids), "padding_mask": padding_mask}
 
 
-def hf_outputs(model, inputs):
-    out = transformers_outputs(model, {k: inputs[k] for k in ("token_ids", "padding_mask")})
-    if hasattr(out, "start_logits"):  # [batch, length, 2], as kbert's below
-        return np.stack([out.start_logits.numpy(), out.end_logits.numpy()], axis=-1)
-    return out.last_hidden_state.numpy() if hasattr(out, "last_hidden_state") else out.logits.numpy()
 
 
-def kbert_outputs(model, inputs):
-    if isinstance(model, kbert.MaskedLM):  # kbert's masked LM scores chosen positions: every position here
-        positions = np.tile(np.arange(inputs["token_ids"].shape[1], dtype="int32"), (len(inputs["token_ids"]), 1))
-        return to_numpy(model({**inputs, "mask_positions": positions})["mlm_logits"])
-    out = model(inputs)
-    if isinstance(model, kbert.QuestionAnswerer):
-        return np.stack([to_numpy(out["start_logits"]), to_numpy(out["end_logits"])], axis=-1)
-    return to_numpy(out["sequence_output"] if isinstance(out, dict) else out)
 
 
-def assert_close(got, expected, padding_mask):
-    if got.ndim == 3:  # per position: padding positions differ
-        real = padding_mask.astype(bool)
-        got, expected = got[real], expected[real]
-    np.testing.assert_allclose(got, expected, atol=1e-4)
 
 
 @pytest.mark.parametrize("task, config", [("backbone", {}), ("classifier", {"classifier_pooling": "cls"}),
@@ -94,15 +69,15 @@ def test_every_task_matches_transformers_and_exports_back(tmp_path, task, config
     hf_model = save_checkpoint(tmp_path / "hf", suffix, **config)
     model = cls.from_preset(str(tmp_path / "hf"), **({} if task == "backbone" else {"preprocessor": None}))
     inputs = random_ids()
-    outputs = kbert_outputs(model, inputs)
-    assert_close(outputs, hf_outputs(hf_model, inputs), inputs["padding_mask"])
+    outputs = kbert_head_outputs(model, inputs)
+    assert_close_on_real_tokens(outputs, hf_head_outputs(hf_model, inputs), inputs["padding_mask"])
 
     model.export_to_transformers(str(tmp_path / "out"))
     exported = transformers.AutoConfig.from_pretrained(str(tmp_path / "out"))
     assert exported.model_type == "modernbert" and exported.architectures == [type(hf_model).__name__]
     assert exported.layer_types == hf_model.config.layer_types
     back = type(hf_model).from_pretrained(str(tmp_path / "out"), attn_implementation="sdpa").eval()
-    assert_close(outputs, hf_outputs(back, inputs), inputs["padding_mask"])
+    assert_close_on_real_tokens(outputs, hf_head_outputs(back, inputs), inputs["padding_mask"])
 
 
 def test_hidden_states_and_2048_tokens_match_transformers(tmp_path):
@@ -115,8 +90,8 @@ def test_hidden_states_and_2048_tokens_match_transformers(tmp_path):
     # transformers' last hidden state is the final norm's output, as kbert's.
     assert len(got["hidden_states"]) == len(expected.hidden_states) == 4
     for mine, theirs in zip(got["hidden_states"], expected.hidden_states):
-        assert_close(to_numpy(mine), theirs.numpy(), inputs["padding_mask"])
-    assert_close(to_numpy(got["sequence_output"]), expected.last_hidden_state.numpy(), inputs["padding_mask"])
+        assert_close_on_real_tokens(to_numpy(mine), theirs.numpy(), inputs["padding_mask"])
+    assert_close_on_real_tokens(to_numpy(got["sequence_output"]), expected.last_hidden_state.numpy(), inputs["padding_mask"])
 
 
 def test_local_layers_see_only_their_window_and_global_ones_everything():
